@@ -1,0 +1,181 @@
+// Package ledger is the journal of every side effect across all plans, agents
+// and sessions. Temporal's history is the journal of one plan; the ledger is
+// what refuses a second refund started by another agent, replays a result
+// after a workflow reset, and lists everything that waits for a human.
+//
+// One Store interface has two drivers, PostgreSQL for production and SQLite
+// (pure Go) as the embedded default, and both pass one conformance suite
+// (package ledgertest).
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Status is an operation's state. The names are DESIGN.md's step states, the
+// same in the workflow query, the ledger, the CLI and the UI.
+type Status string
+
+// The operation states.
+const (
+	Pending            Status = "pending"
+	InProgress         Status = "in_progress"
+	Succeeded          Status = "succeeded"
+	FailedFinal        Status = "failed_final"
+	Unknown            Status = "unknown"
+	NeedsHuman         Status = "needs_human"
+	Compensating       Status = "compensating"
+	Compensated        Status = "compensated"
+	CompensationFailed Status = "compensation_failed"
+)
+
+// Final reports whether s will never change without a human.
+func (s Status) Final() bool {
+	switch s {
+	case Succeeded, FailedFinal, Compensated:
+		return true
+	}
+	return false
+}
+
+// Verdict is what a Claim decided.
+type Verdict string
+
+// The verdicts of a Claim.
+const (
+	// Execute: the caller holds the lease and may call the provider.
+	Execute Verdict = "execute"
+	// ReconcileFirst: the caller holds the lease, but an earlier attempt
+	// may have reached the provider (unknown, or an expired lease taken
+	// over): it must reconcile by key before calling.
+	ReconcileFirst Verdict = "reconcile_first"
+	// Replay: the operation already succeeded; Operation holds the stored
+	// result. Do not call.
+	Replay Verdict = "replay"
+	// Conflict: the key was claimed with another request hash. Do not call.
+	Conflict Verdict = "conflict"
+	// InFlight: another executor holds a live lease. Do not call; retry
+	// later.
+	InFlight Verdict = "in_flight"
+	// Final: the operation ended for good (failed_final, compensated) or
+	// waits for a human. Do not call.
+	Final Verdict = "final"
+	// GuardRefused: another active effect holds the tool's guard scope.
+	GuardRefused Verdict = "guard_refused"
+	// Held: a guard or the suspected-duplicate check holds the call for a
+	// human's approval; Claim.Reason says why.
+	Held Verdict = "held"
+)
+
+// ClaimRequest asks to run one operation.
+type ClaimRequest struct {
+	Key         string // operation key {session}:{turn}:{step}:{tool}
+	ActionType  string // tool name
+	RequestHash string // fingerprint of tool + canonical args
+	WorkflowID  string
+	RunID       string
+	RequestID   string
+	Executor    string        // who takes the lease (activity id + attempt)
+	Lease       time.Duration // follows the activity's timeout
+	// GuardScope is the guard scope key (scope + entity values), empty when
+	// the tool has no guard. GuardHold makes a clash held, not refused.
+	GuardScope string
+	GuardHold  bool
+	// Entity and NormalizedArgs feed the suspected-duplicate check when
+	// DuplicateWindow is positive.
+	Entity          string
+	NormalizedArgs  string
+	DuplicateWindow time.Duration
+	// Approved is set when a human approved this exact request hash, so
+	// guards and the duplicate check let it through.
+	Approved bool
+}
+
+// Claim is the answer to a ClaimRequest.
+type Claim struct {
+	Verdict   Verdict
+	Operation Operation // the row after the claim
+	Reason    string    // for Conflict, GuardRefused and Held: why, for people
+}
+
+// Operation is one row of the ledger.
+type Operation struct {
+	Key          string          `json:"operation_key"`
+	ActionType   string          `json:"action_type"`
+	RequestHash  string          `json:"request_hash"`
+	Status       Status          `json:"status"`
+	AttemptCount int             `json:"attempt_count"`
+	ExternalID   string          `json:"external_id,omitempty"`
+	Result       json.RawMessage `json:"result_json,omitempty"` // sanitized
+	ErrorCode    string          `json:"error_code,omitempty"`
+	LeaseOwner   string          `json:"lease_owner,omitempty"`
+	LeaseUntil   time.Time       `json:"lease_until,omitzero"`
+	WorkflowID   string          `json:"workflow_id,omitempty"`
+	RunID        string          `json:"run_id,omitempty"`
+	RequestID    string          `json:"request_id,omitempty"`
+	GuardScope   string          `json:"guard_scope,omitempty"`
+	HoldReason   string          `json:"hold_reason,omitempty"`
+	ResolvedBy   string          `json:"resolved_by,omitempty"`
+	ResolvedAt   time.Time       `json:"resolved_at,omitzero"`
+	ResolveNote  string          `json:"resolve_note,omitempty"`
+	CreatedAt    time.Time       `json:"created_at"`
+	UpdatedAt    time.Time       `json:"updated_at"`
+	CompletedAt  time.Time       `json:"completed_at,omitzero"`
+}
+
+// Completion records what an attempt learned. Only the lease owner may
+// complete; a Completion from a stale executor returns ErrLeaseLost.
+type Completion struct {
+	Key        string
+	Executor   string
+	Status     Status // pending (provably not sent), unknown, succeeded, failed_final, ...
+	ExternalID string
+	Result     json.RawMessage // sanitized before it is stored
+	ErrorCode  string
+}
+
+// Resolution is a human's decision on an operation.
+type Resolution struct {
+	Key        string
+	Status     Status
+	ExternalID string
+	By         string
+	Note       string
+}
+
+// ExceptionFilter selects the exception queue.
+type ExceptionFilter struct {
+	// UnknownOlderThan lists unknown operations older than this.
+	UnknownOlderThan time.Duration
+}
+
+// Store is the ledger. Every write step goes through Claim, then Complete;
+// no database transaction is held open during an external call.
+type Store interface {
+	// Claim atomically inserts the operation if absent, then takes a lease
+	// with a conditional update, and returns what the caller may do.
+	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
+	// Complete records an attempt's outcome and releases the lease.
+	Complete(ctx context.Context, c Completion) (Operation, error)
+	// Resolve records a human decision: who, when, why.
+	Resolve(ctx context.Context, r Resolution) (Operation, error)
+	// Get returns one operation, or ErrNotFound.
+	Get(ctx context.Context, key string) (Operation, error)
+	// Exceptions lists what waits for a human, oldest first.
+	Exceptions(ctx context.Context, f ExceptionFilter) ([]Operation, error)
+	// Purge removes final operations completed before the cutoff and
+	// returns how many; it never removes one that is not final.
+	Purge(ctx context.Context, completedBefore time.Time) (int, error)
+	// Close releases the store's connections.
+	Close() error
+}
+
+// ErrNotFound is returned by Get for a key the ledger has never seen.
+var ErrNotFound = errors.New("ledger: operation not found")
+
+// ErrLeaseLost is returned by Complete when the executor no longer holds the
+// lease: another executor took over, and it must not overwrite the result.
+var ErrLeaseLost = errors.New("ledger: lease lost to another executor; do not record this attempt")

@@ -1,0 +1,156 @@
+// Package tool is the contract between agentsaga and the tools an agent calls:
+// what a tool declares (its Spec), how it is called (Execute with the
+// operation key), how it looks itself up after a lost response (Reconcile),
+// and the registry the worker refuses to start without.
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// DefaultReconcileWindow is how long an UNKNOWN outcome is reconciled with
+// the provider before it is handed to a human.
+const DefaultReconcileWindow = 15 * time.Minute
+
+// Spec is everything a tool declares about itself.
+type Spec struct {
+	// Name is what plans call the tool, such as "apply_refund".
+	Name string
+	// Description is one line for people.
+	Description string
+	// Class is the side-effect class; it picks the retry policy.
+	Class Class
+	// Args is the schema plans must match.
+	Args Schema
+	// Timeout bounds one attempt (the activity's start-to-close timeout).
+	Timeout time.Duration
+	// Retry overrides the class's default retry policy when set.
+	Retry *RetryPolicy
+	// Compensator names the reversal tool that undoes a succeeded call.
+	// Empty means the tool cannot be undone.
+	Compensator string
+	// Reversal marks a tool that exists only to compensate others; plans
+	// cannot call it directly.
+	Reversal bool
+	// NoLookup declares that this write has no way to look itself up by
+	// key, so its UNKNOWN outcomes go straight to a human.
+	NoLookup bool
+	// ReconcileWindow is how long an UNKNOWN outcome is reconciled before
+	// it becomes needs_human. Zero means DefaultReconcileWindow.
+	ReconcileWindow time.Duration
+	// Approval, when set, makes matching calls wait for an `approve` signal.
+	Approval *Approval
+	// Guard, when set, limits active effects per business entity across
+	// plans, sessions and agents (enforced by the ledger).
+	Guard *Guard
+}
+
+// Compensable reports whether a succeeded call can be reversed.
+func (s Spec) Compensable() bool { return s.Compensator != "" }
+
+// RetryPolicy returns the tool's retry policy: its override or its class's
+// default.
+func (s Spec) RetryPolicy() RetryPolicy {
+	if s.Retry != nil {
+		return *s.Retry
+	}
+	return DefaultRetry(s.Class)
+}
+
+// Window returns the reconcile window, defaulted.
+func (s Spec) Window() time.Duration {
+	if s.ReconcileWindow > 0 {
+		return s.ReconcileWindow
+	}
+	return DefaultReconcileWindow
+}
+
+// Guard is a business rule that keys alone cannot enforce: at most one active
+// effect per scope (for example one refund per order line), whoever asks.
+type Guard struct {
+	// Scope names the rule, such as "refund-per-order".
+	Scope string
+	// Fields are the args fields whose values identify the entity, such as
+	// ["order_id"]. The scope key is Scope plus these values.
+	Fields []string
+	// Hold makes a second effect in the scope wait for approval instead of
+	// being refused.
+	Hold bool
+	// DuplicateWindow, when positive, holds for approval a call of the same
+	// tool on the same entity with equal normalized args made inside this
+	// window by another plan (a suspected duplicate).
+	DuplicateWindow time.Duration
+}
+
+// Call is one attempt of a tool call.
+type Call struct {
+	// Key is the operation key {session}:{turn}:{step}:{tool} (with
+	// ":compensate" for a reversal). It is the same on every attempt and HTTP
+	// tools send it as Idempotency-Key.
+	Key string
+	// Args are the validated arguments, as JSON.
+	Args json.RawMessage
+	// Attempt counts from 1.
+	Attempt int32
+}
+
+// Result is what a succeeded call produced.
+type Result struct {
+	// ExternalID is the provider's id for the effect (refund id, ticket id).
+	ExternalID string `json:"external_id,omitempty"`
+	// Data is the provider's answer, as JSON.
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// Tool is a callable tool. Execute must send Call.Key to the provider on every
+// attempt and report failures with an *Error so their kind is known.
+type Tool interface {
+	Spec() Spec
+	Execute(ctx context.Context, call Call) (Result, error)
+}
+
+// LookupStatus is what a provider says about a key.
+type LookupStatus string
+
+// The answers of a Reconcile.
+const (
+	// Found: the effect exists; Lookup.Result holds it.
+	Found LookupStatus = "found"
+	// Absent: no effect under this key (see Lookup.Authoritative).
+	Absent LookupStatus = "absent"
+	// Unknown: the provider could not say (lookup down, index lagging).
+	Unknown LookupStatus = "unknown"
+)
+
+// Lookup is the answer of a Reconcile.
+type Lookup struct {
+	Status LookupStatus `json:"status"`
+	Result Result       `json:"result,omitempty"`
+	// Authoritative is true when an Absent answer is final: the provider
+	// guarantees that a committed effect would have been found. An Absent
+	// that is not authoritative (a lagging search index) is treated as
+	// Unknown until the window closes.
+	Authoritative bool `json:"authoritative"`
+}
+
+// Reconciler is implemented by every write that can look itself up by key.
+type Reconciler interface {
+	Reconcile(ctx context.Context, key string) (Lookup, error)
+}
+
+// Reversal is the argument a compensator receives: what it must undo.
+type Reversal struct {
+	// OriginalKey is the key of the succeeded call being undone.
+	OriginalKey string `json:"original_key"`
+	// OriginalTool is the tool of that call.
+	OriginalTool string `json:"original_tool"`
+	// OriginalExternalID is the provider's id of the effect to reverse.
+	OriginalExternalID string `json:"original_external_id"`
+	// OriginalArgs are the args of the call being undone.
+	OriginalArgs json.RawMessage `json:"original_args"`
+}
+
+// CompensationKey returns the key of the reversal of the call with key k.
+func CompensationKey(k string) string { return k + ":compensate" }
