@@ -1,0 +1,111 @@
+package activities
+
+import (
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/agentsaga/agentsaga/tool"
+)
+
+// Error types of the ApplicationErrors ExecuteTool returns. The workflow
+// decides a step's state from them; other-language clients see them in the
+// Temporal UI.
+const (
+	// ErrUnknown: the request may have reached the provider and no answer
+	// came back. UNKNOWN, never FAILED: the workflow reconciles.
+	ErrUnknown = "OutcomeUnknown"
+	// ErrRejected: the provider confirmed a business rejection. Final.
+	ErrRejected = "Rejected"
+	// ErrConflict: the key was used before with other arguments. Final; the
+	// tool was not called.
+	ErrConflict = "Conflict"
+	// ErrHeld: a guard or the duplicate check holds the call for approval.
+	ErrHeld = "HeldForApproval"
+	// ErrGuardRefused: another active effect holds the tool's guard scope.
+	ErrGuardRefused = "GuardRefused"
+	// ErrAlreadyFinal: the ledger holds a final or human-owned state for the
+	// key; the tool was not called.
+	ErrAlreadyFinal = "AlreadyFinal"
+	// ErrNotRegistered: this worker has no such tool.
+	ErrNotRegistered = "ToolNotRegistered"
+	// ErrLedger: the ledger could not be reached; nothing was called.
+	ErrLedger = "LedgerUnavailable"
+)
+
+// Classify turns a tool's error into the activity's error. This is where a
+// timeout becomes UNKNOWN: any failure whose kind is not known (a timeout, a
+// connection lost after sending, a bare error) is tool.KindUnknown, and a
+// write's UNKNOWN is never retried blindly. Whether a kind is retried is
+// tool.Retryable's table for the tool's class.
+func Classify(class tool.Class, err error) error {
+	kind := tool.KindOf(err)
+	typ := string(kind)
+	switch kind {
+	case tool.KindUnknown:
+		typ = ErrUnknown
+	case tool.KindRejected:
+		typ = ErrRejected
+	case tool.KindConflict:
+		typ = ErrConflict
+	}
+	return temporal.NewApplicationErrorWithOptions(err.Error(), typ, temporal.ApplicationErrorOptions{
+		NonRetryable: !tool.Retryable(class, kind),
+		Cause:        err,
+		Details:      []any{tool.CodeOf(err)},
+	})
+}
+
+// IsUnknown reports whether a failed tool call of a write has an UNKNOWN
+// outcome: the activity said so, a transient failure outlived its retries
+// (the last attempt may have reached the provider), or the activity itself
+// timed out (the worker died or hung after it may have sent the request).
+func IsUnknown(err error) bool {
+	if err == nil {
+		return false
+	}
+	var te *temporal.TimeoutError
+	if errors.As(err, &te) {
+		return true
+	}
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) {
+		return true // a failure we cannot explain is never a proven failure
+	}
+	switch ae.Type() {
+	case ErrRejected, ErrConflict, ErrHeld, ErrGuardRefused, ErrAlreadyFinal, ErrNotRegistered, string(tool.KindNotSent):
+		return false
+	}
+	return true
+}
+
+// ErrorType returns the ApplicationError type in err's chain, or "".
+func ErrorType(err error) string {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) {
+		return ae.Type()
+	}
+	return ""
+}
+
+// ErrorCode returns the provider's code carried by err, or "".
+func ErrorCode(err error) string {
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || !ae.HasDetails() {
+		return ""
+	}
+	var code string
+	if ae.Details(&code) != nil {
+		return ""
+	}
+	return code
+}
+
+func final(typ, format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), typ, nil)
+}
+
+func retryable(typ, format string, args ...any) error {
+	return temporal.NewApplicationError(fmt.Sprintf(format, args...), typ)
+}
