@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/agentsaga/agentsaga/redact"
 )
 
 // FieldType is the type of one argument.
@@ -183,34 +185,9 @@ func Int(args json.RawMessage, name string) (int64, bool) {
 }
 
 // LooksLikeCardNumber reports whether s is a payment card number: 13 to 19
-// digits (spaces and dashes allowed) that pass the Luhn check.
-func LooksLikeCardNumber(s string) bool {
-	var digits []int
-	for _, r := range s {
-		switch {
-		case r >= '0' && r <= '9':
-			digits = append(digits, int(r-'0'))
-		case r == ' ' || r == '-':
-		default:
-			return false
-		}
-	}
-	if len(digits) < 13 || len(digits) > 19 {
-		return false
-	}
-	sum := 0
-	for i := range digits {
-		d := digits[len(digits)-1-i]
-		if i%2 == 1 {
-			d *= 2
-			if d > 9 {
-				d -= 9
-			}
-		}
-		sum += d
-	}
-	return sum%10 == 0
-}
+// digits (spaces and dashes allowed) that pass the Luhn check. It is
+// redact.LooksLikeCardNumber, kept here for the schema's callers.
+func LooksLikeCardNumber(s string) bool { return redact.LooksLikeCardNumber(s) }
 
 // Approval is a tool's approval policy: which calls wait for a human's
 // `approve` signal before they run.
