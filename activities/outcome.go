@@ -39,7 +39,7 @@ const (
 // connection lost after sending, a bare error) is tool.KindUnknown, and a
 // write's UNKNOWN is never retried blindly. Whether a kind is retried is
 // tool.Retryable's table for the tool's class.
-func Classify(class tool.Class, err error) error {
+func Classify(class tool.Class, attempt int32, err error) error {
 	kind := tool.KindOf(err)
 	typ := string(kind)
 	switch kind {
@@ -53,7 +53,7 @@ func Classify(class tool.Class, err error) error {
 	return temporal.NewApplicationErrorWithOptions(err.Error(), typ, temporal.ApplicationErrorOptions{
 		NonRetryable: !tool.Retryable(class, kind),
 		Cause:        err,
-		Details:      []any{tool.CodeOf(err)},
+		Details:      []any{Detail{Code: tool.CodeOf(err), Attempt: attempt}},
 	})
 }
 
@@ -89,23 +89,31 @@ func ErrorType(err error) string {
 	return ""
 }
 
-// ErrorCode returns the provider's code carried by err, or "".
-func ErrorCode(err error) string {
+// Detail rides on every ExecuteTool error: the provider's code and the
+// attempt that failed.
+type Detail struct {
+	Code    string `json:"code,omitempty"`
+	Attempt int32  `json:"attempt"`
+}
+
+// DetailOf returns the Detail carried by err, or a zero Detail.
+func DetailOf(err error) Detail {
 	var ae *temporal.ApplicationError
-	if !errors.As(err, &ae) || !ae.HasDetails() {
-		return ""
+	var d Detail
+	if errors.As(err, &ae) && ae.HasDetails() {
+		_ = ae.Details(&d)
 	}
-	var code string
-	if ae.Details(&code) != nil {
-		return ""
-	}
-	return code
+	return d
 }
 
-func final(typ, format string, args ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), typ, nil)
+func final(attempt int32, typ, format string, args ...any) error {
+	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), typ, temporal.ApplicationErrorOptions{
+		NonRetryable: true, Details: []any{Detail{Attempt: attempt}},
+	})
 }
 
-func retryable(typ, format string, args ...any) error {
-	return temporal.NewApplicationError(fmt.Sprintf(format, args...), typ)
+func retryable(attempt int32, typ, format string, args ...any) error {
+	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), typ, temporal.ApplicationErrorOptions{
+		Details: []any{Detail{Attempt: attempt}},
+	})
 }
