@@ -1,0 +1,99 @@
+// Package sagaworker assembles a Temporal worker that runs AgentPlan: the
+// saga workflow and the tool activities, over one tool registry and one
+// ledger. The worker and starter mains, the demo and the integration tests
+// all build their workers here, so there is one way to wire it.
+package sagaworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/tool"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// Options configure a worker.
+type Options struct {
+	// TaskQueue defaults to workflows.TaskQueue.
+	TaskQueue string
+	// Tools is the registry; tool.NewRegistry has already refused any tool
+	// that lacks a class, a compensator or a reconciler.
+	Tools *tool.Registry
+	// Ledger records every write.
+	Ledger ledger.Store
+	// Logger receives activity logs; nil discards them.
+	Logger *slog.Logger
+	// Worker passes SDK worker options through.
+	Worker worker.Options
+}
+
+// New returns a worker with AgentPlan and its activities registered. Start it
+// with Run or Start.
+func New(c client.Client, o Options) (worker.Worker, error) {
+	if o.Tools == nil {
+		return nil, errors.New("sagaworker: Options.Tools is nil: build a registry with tool.NewRegistry")
+	}
+	if o.Ledger == nil {
+		return nil, errors.New("sagaworker: Options.Ledger is nil: open one with ledgerdb.Open")
+	}
+	tq := o.TaskQueue
+	if tq == "" {
+		tq = workflows.TaskQueue
+	}
+	w := worker.New(c, tq, o.Worker)
+	saga := &workflows.Saga{Specs: o.Tools.Specs()}
+	w.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
+	acts := &activities.Activities{Tools: o.Tools, Ledger: o.Ledger, Log: o.Logger}
+	w.RegisterActivityWithOptions(acts.ExecuteTool, activity.RegisterOptions{Name: activities.ExecuteToolName})
+	w.RegisterActivityWithOptions(acts.ReconcileTool, activity.RegisterOptions{Name: activities.ReconcileToolName})
+	w.RegisterActivityWithOptions(acts.RecordOutcome, activity.RegisterOptions{Name: activities.RecordName})
+	return w, nil
+}
+
+// SearchAttributes are the product's search attributes and their types.
+var SearchAttributes = map[string]enumspb.IndexedValueType{
+	workflows.SearchAttrSession:    enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	workflows.SearchAttrState:      enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	workflows.SearchAttrNeedsHuman: enumspb.INDEXED_VALUE_TYPE_BOOL,
+}
+
+// RegisterSearchAttributes adds the product's search attributes to the
+// namespace, keeping any that exist. Clusters that forbid it (Temporal Cloud
+// without admin rights) return an error saying what to add by hand.
+func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	have, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("list search attributes of %s: %w (add %v by hand with `temporal operator search-attribute create`)", namespace, err, names())
+	}
+	missing := map[string]enumspb.IndexedValueType{}
+	for name, typ := range SearchAttributes {
+		if _, ok := have.GetCustomAttributes()[name]; !ok {
+			missing[name] = typ
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing})
+	var exists *serviceerror.AlreadyExists
+	if err != nil && !errors.As(err, &exists) {
+		return fmt.Errorf("add search attributes to %s: %w (add %v by hand with `temporal operator search-attribute create`)", namespace, err, names())
+	}
+	return nil
+}
+
+func names() []string {
+	return []string{workflows.SearchAttrSession + " Keyword", workflows.SearchAttrState + " Keyword", workflows.SearchAttrNeedsHuman + " Bool"}
+}
