@@ -1,0 +1,198 @@
+// Package devserver runs a real Temporal server inside the current process,
+// for development, demos and integration tests.
+//
+// The server is the genuine go.temporal.io/server (frontend, history, matching
+// and worker services) on SQLite: a file under Options.DataDir, so workflows
+// survive a restart, or an in-memory database when DataDir is empty. Next to it
+// runs the Temporal Web UI (github.com/temporalio/ui-server, assets embedded).
+// At start the namespace is created and the product's search attributes are
+// registered through the operator service, and Start returns only when the
+// frontend answers, the namespace is usable and the UI serves pages.
+//
+// Every internal service gets its own free loopback port, so two servers can run
+// in one process (handy in tests). This is not a production deployment; use the
+// repository's docker-compose.yml for that.
+package devserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	uiserver "github.com/temporalio/ui-server/v2/server"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/server/temporal"
+)
+
+// Defaults applied by Start to the zero values of Options.
+const (
+	DefaultHost      = "127.0.0.1"
+	DefaultNamespace = "default"
+)
+
+// NoUI is the Options.UIPort value that starts the server without the Web UI.
+const NoUI = -1
+
+// defaultStartTimeout bounds Start when the caller's context has no deadline.
+const defaultStartTimeout = 2 * time.Minute
+
+// Options configure Start. The zero value is a usable in-memory server on
+// free loopback ports with the Web UI.
+type Options struct {
+	// DataDir is the directory that holds the SQLite database (temporal.db).
+	// It is created if missing. Empty means an in-memory database that is lost
+	// when the process exits.
+	DataDir string
+	// Host is the address the frontend and the UI listen on. Default 127.0.0.1.
+	// Internal services always listen on 127.0.0.1.
+	Host string
+	// Port is the frontend gRPC port. 0 picks a free port. The worker's --dev
+	// mode uses 7233, the port Temporal tools expect.
+	Port int
+	// UIPort is the Web UI's HTTP port. 0 picks a free port; NoUI (-1) starts
+	// no UI. The worker's --dev mode uses 8233.
+	UIPort int
+	// Namespace is created at start if it does not exist. Default "default".
+	Namespace string
+	// SearchAttributes are registered on Namespace at start (names to types).
+	// Attributes that already exist with the same type are left alone.
+	SearchAttributes map[string]enums.IndexedValueType
+	// Logger receives the server's own logs at warn level and above (the
+	// server is noisy below that). Nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is a running embedded Temporal server, with its Web UI when one was
+// asked for. Its methods are safe for concurrent use.
+type Server struct {
+	temporal  temporal.Server
+	logger    serverLogger
+	ui        *uiserver.Server
+	uiDone    chan error // receives the UI server's exit; nil without UI
+	frontend  string
+	namespace string
+	uiURL     string
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts a Temporal server and, unless opts.UIPort is NoUI, the Web UI.
+// It returns once the frontend answers, the namespace exists with its search
+// attributes and the UI serves pages; ctx bounds that wait (two minutes when
+// ctx has no deadline). The caller must call Stop.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if err := opts.applyDefaults(); err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultStartTimeout)
+		defer cancel()
+	}
+	logger := newServerLogger(opts.Logger)
+
+	ports, err := pickPorts(opts)
+	if err != nil {
+		return nil, err
+	}
+	sqlCfg, err := prepareStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	serverOpts, err := buildServerOptions(opts, ports, sqlCfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := temporal.NewServer(serverOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: build the Temporal server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		_ = srv.Stop()
+		return nil, fmt.Errorf("devserver: start the Temporal server (is another server using %s?): %w", opts.DataDir, err)
+	}
+
+	s := &Server{
+		temporal:  srv,
+		logger:    logger,
+		frontend:  net.JoinHostPort(dialHost(opts.Host), strconv.Itoa(ports.frontend)),
+		namespace: opts.Namespace,
+	}
+	if err := s.awaitReady(ctx, opts.SearchAttributes); err != nil {
+		return nil, errors.Join(err, s.Stop())
+	}
+	if opts.UIPort != NoUI {
+		if err := s.startUI(ctx, opts.Host, ports.ui); err != nil {
+			return nil, errors.Join(err, s.Stop())
+		}
+	}
+	return s, nil
+}
+
+// FrontendAddr returns the frontend's gRPC address as host:port, ready to be
+// used as client.Options.HostPort. When the server listens on all interfaces,
+// the host is the loopback address.
+func (s *Server) FrontendAddr() string { return s.frontend }
+
+// Namespace returns the namespace created at start.
+func (s *Server) Namespace() string { return s.namespace }
+
+// UIURL returns the Web UI's base URL, such as http://127.0.0.1:8233, or ""
+// when the server runs without UI.
+func (s *Server) UIURL() string { return s.uiURL }
+
+// Stop stops the UI and the server and waits for them to finish. Calling it
+// more than once returns the first result.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() {
+		s.logger.stopping.Store(true)
+		var errs []error
+		if s.ui != nil {
+			s.ui.Stop()
+			if err := <-s.uiDone; err != nil {
+				errs = append(errs, fmt.Errorf("devserver: stop the Web UI: %w", err))
+			}
+		}
+		if err := s.temporal.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("devserver: stop the Temporal server: %w", err))
+		}
+		s.stopErr = errors.Join(errs...)
+	})
+	return s.stopErr
+}
+
+func (o *Options) applyDefaults() error {
+	if o.Host == "" || o.Host == "localhost" {
+		o.Host = DefaultHost
+	}
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.Port < 0 || o.Port > 65535 {
+		return fmt.Errorf("devserver: frontend port %d is out of range; use 0 for a free port or 1-65535", o.Port)
+	}
+	if o.UIPort < NoUI || o.UIPort > 65535 {
+		return fmt.Errorf("devserver: UI port %d is out of range; use 0 for a free port, -1 for no UI or 1-65535", o.UIPort)
+	}
+	if net.ParseIP(o.Host) == nil {
+		return fmt.Errorf("devserver: host %q is not an IP address; use an address such as 127.0.0.1 or 0.0.0.0", o.Host)
+	}
+	return nil
+}
+
+// dialHost turns a listen host into one a client on this machine can dial.
+func dialHost(host string) string {
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if ip.To4() != nil {
+			return "127.0.0.1"
+		}
+		return "::1"
+	}
+	return host
+}

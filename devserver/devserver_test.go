@@ -1,0 +1,236 @@
+package devserver_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/devserver"
+)
+
+// Names like the product's; the tests only need a keyword and a bool.
+var (
+	sessionAttr = temporal.NewSearchAttributeKeyKeyword("TestSession")
+	humanAttr   = temporal.NewSearchAttributeKeyBool("TestNeedsHuman")
+	testAttrs   = map[string]enums.IndexedValueType{
+		sessionAttr.GetName(): enums.INDEXED_VALUE_TYPE_KEYWORD,
+		humanAttr.GetName():   enums.INDEXED_VALUE_TYPE_BOOL,
+	}
+)
+
+func greet(ctx workflow.Context, name string) (string, error) {
+	return "hello " + name, nil
+}
+
+// testLogger sends the server's warnings to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func start(t *testing.T, opts devserver.Options) *devserver.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	began := time.Now()
+	s, err := devserver.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Logf("Start took %v (frontend %s, UI %q)", time.Since(began).Round(time.Millisecond), s.FrontendAddr(), s.UIURL())
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return s
+}
+
+func dial(t *testing.T, s *devserver.Server) client.Client {
+	t.Helper()
+	c, err := client.Dial(client.Options{
+		HostPort:  s.FrontendAddr(),
+		Namespace: s.Namespace(),
+		Logger:    sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)),
+	})
+	if err != nil {
+		t.Fatalf("dial %s: %v", s.FrontendAddr(), err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// TestStartInMemory runs two in-memory servers side by side, one with the UI,
+// and checks each runs a workflow that carries the registered search attributes.
+func TestStartInMemory(t *testing.T) {
+	withUI := start(t, devserver.Options{SearchAttributes: testAttrs, Logger: testLogger(t)})
+	headless := start(t, devserver.Options{UIPort: devserver.NoUI, Namespace: "second", SearchAttributes: testAttrs, Logger: testLogger(t)})
+
+	if withUI.FrontendAddr() == headless.FrontendAddr() {
+		t.Fatalf("both servers claim frontend %s", withUI.FrontendAddr())
+	}
+	if got := headless.UIURL(); got != "" {
+		t.Errorf("UIURL() without UI = %q, want empty", got)
+	}
+	if got := withUI.Namespace(); got != devserver.DefaultNamespace {
+		t.Errorf("Namespace() = %q, want %q", got, devserver.DefaultNamespace)
+	}
+
+	for _, s := range []*devserver.Server{withUI, headless} {
+		c := dial(t, s)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+
+		list, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: s.Namespace()})
+		if err != nil {
+			t.Fatalf("%s: ListSearchAttributes: %v", s.Namespace(), err)
+		}
+		for name, want := range testAttrs {
+			if got := list.GetCustomAttributes()[name]; got != want {
+				t.Errorf("%s: search attribute %s has type %v, want %v", s.Namespace(), name, got, want)
+			}
+		}
+
+		w := worker.New(c, "devserver-test", worker.Options{})
+		w.RegisterWorkflow(greet)
+		if err := w.Start(); err != nil {
+			t.Fatalf("worker start: %v", err)
+		}
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID:                    "greet-" + s.Namespace(),
+			TaskQueue:             "devserver-test",
+			TypedSearchAttributes: temporal.NewSearchAttributes(sessionAttr.ValueSet("s-1"), humanAttr.ValueSet(true)),
+		}, greet, "saga")
+		if err != nil {
+			w.Stop()
+			t.Fatalf("%s: ExecuteWorkflow: %v", s.Namespace(), err)
+		}
+		var got string
+		err = run.Get(ctx, &got)
+		w.Stop()
+		if err != nil || got != "hello saga" {
+			t.Fatalf("%s: workflow result = %q, %v; want %q", s.Namespace(), got, err, "hello saga")
+		}
+		desc, err := c.DescribeWorkflowExecution(ctx, run.GetID(), run.GetRunID())
+		if err != nil {
+			t.Fatalf("%s: DescribeWorkflowExecution: %v", s.Namespace(), err)
+		}
+		if _, ok := desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[sessionAttr.GetName()]; !ok {
+			t.Errorf("%s: workflow lacks search attribute %s", s.Namespace(), sessionAttr.GetName())
+		}
+	}
+
+	resp, err := http.Get(withUI.UIURL() + "/")
+	if err != nil {
+		t.Fatalf("GET UI: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s/ = %s, want 200", withUI.UIURL(), resp.Status)
+	}
+}
+
+const (
+	helperEnv  = "DEVSERVER_TEST_FIRST_RUN_DIR"
+	persistWID = "survives-restart"
+)
+
+// TestDataDirSurvivesRestart starts a workflow in another process on a data
+// directory, then starts a server on the same directory here and finds it.
+// The second start also adds a search attribute to the existing namespace.
+func TestDataDirSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFirstRun$", "-test.v")
+	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("first run failed: %v\n%s", err, out)
+	}
+	runID := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "RUN_ID="); ok {
+			runID = id
+		}
+	}
+	if runID == "" {
+		t.Fatalf("first run printed no RUN_ID:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, devserver.DatabaseFile)); err != nil {
+		t.Fatalf("no database file after the first run: %v", err)
+	}
+
+	extra := temporal.NewSearchAttributeKeyInt64("TestAttempt")
+	attrs := map[string]enums.IndexedValueType{extra.GetName(): enums.INDEXED_VALUE_TYPE_INT}
+	for k, v := range testAttrs {
+		attrs[k] = v
+	}
+	s := start(t, devserver.Options{DataDir: dir, UIPort: devserver.NoUI, SearchAttributes: attrs, Logger: testLogger(t)})
+	c := dial(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	desc, err := c.DescribeWorkflowExecution(ctx, persistWID, runID)
+	if err != nil {
+		t.Fatalf("DescribeWorkflowExecution after restart: %v", err)
+	}
+	if st := desc.GetWorkflowExecutionInfo().GetStatus(); st != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		t.Errorf("workflow status after restart = %v, want RUNNING", st)
+	}
+	list, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: s.Namespace()})
+	if err != nil {
+		t.Fatalf("ListSearchAttributes: %v", err)
+	}
+	for name, want := range attrs {
+		if got := list.GetCustomAttributes()[name]; got != want {
+			t.Errorf("search attribute %s has type %v after restart, want %v", name, got, want)
+		}
+	}
+	// The attribute added on this start is usable right away.
+	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                    "uses-new-attribute",
+		TaskQueue:             "nobody-listens",
+		TypedSearchAttributes: temporal.NewSearchAttributes(extra.ValueSet(2)),
+	}, "AnyWorkflow"); err != nil {
+		t.Fatalf("start a workflow with the new attribute: %v", err)
+	}
+}
+
+// TestHelperFirstRun is the first process of TestDataDirSurvivesRestart; it
+// does nothing unless that test runs it.
+func TestHelperFirstRun(t *testing.T) {
+	dir := os.Getenv(helperEnv)
+	if dir == "" {
+		t.Skip("helper process for TestDataDirSurvivesRestart")
+	}
+	s := start(t, devserver.Options{DataDir: dir, UIPort: devserver.NoUI, SearchAttributes: testAttrs, Logger: testLogger(t)})
+	c := dial(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// No worker polls this queue, so the workflow stays running across the restart.
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: persistWID, TaskQueue: "nobody-listens"}, "AnyWorkflow")
+	if err != nil {
+		t.Fatalf("ExecuteWorkflow: %v", err)
+	}
+	fmt.Printf("RUN_ID=%s\n", run.GetRunID())
+}

@@ -1,0 +1,79 @@
+package devserver
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync/atomic"
+
+	"go.temporal.io/server/common/log"
+	"go.temporal.io/server/common/log/tag"
+)
+
+// serverLogger adapts a *slog.Logger to the server's log.Logger. It passes on
+// warnings and errors only: below that the server logs several lines per
+// second even when idle. Once stopping is set it passes on errors only, as
+// every service warns about its peers going away during shutdown.
+type serverLogger struct {
+	l        *slog.Logger
+	stopping *atomic.Bool
+}
+
+var (
+	_ log.Logger     = serverLogger{}
+	_ log.WithLogger = serverLogger{}
+)
+
+func newServerLogger(l *slog.Logger) serverLogger {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return serverLogger{l: l.With("component", "temporal-server"), stopping: new(atomic.Bool)}
+}
+
+func attrs(tags []tag.Tag) []any {
+	out := make([]any, 0, len(tags))
+	for _, t := range tags {
+		out = append(out, slog.Any(t.Key(), t.Value()))
+	}
+	return out
+}
+
+// Debug drops msg: see serverLogger.
+func (serverLogger) Debug(string, ...tag.Tag) {}
+
+// Info drops msg: see serverLogger.
+func (serverLogger) Info(string, ...tag.Tag) {}
+
+// Warn logs msg at warn level unless the server is stopping.
+func (s serverLogger) Warn(msg string, tags ...tag.Tag) {
+	if s.stopping.Load() {
+		return
+	}
+	s.l.Log(context.Background(), slog.LevelWarn, msg, attrs(tags)...)
+}
+
+// Error logs msg at error level.
+func (s serverLogger) Error(msg string, tags ...tag.Tag) {
+	s.l.Log(context.Background(), slog.LevelError, msg, attrs(tags)...)
+}
+
+// DPanic logs msg at error level; it panics only in the server's development builds.
+func (s serverLogger) DPanic(msg string, tags ...tag.Tag) { s.Error(msg, tags...) }
+
+// Panic logs msg at error level, then panics, as the server expects.
+func (s serverLogger) Panic(msg string, tags ...tag.Tag) {
+	s.Error(msg, tags...)
+	panic(msg)
+}
+
+// Fatal logs msg at error level, then exits the process, as the server expects.
+func (s serverLogger) Fatal(msg string, tags ...tag.Tag) {
+	s.Error(msg, tags...)
+	os.Exit(1)
+}
+
+// With returns a logger that adds tags to every record.
+func (s serverLogger) With(tags ...tag.Tag) log.Logger {
+	return serverLogger{l: s.l.With(attrs(tags)...), stopping: s.stopping}
+}

@@ -1,0 +1,64 @@
+package devserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+
+	uiserver "github.com/temporalio/ui-server/v2/server"
+	uiconfig "github.com/temporalio/ui-server/v2/server/config"
+	uiserveroptions "github.com/temporalio/ui-server/v2/server/server_options"
+)
+
+// startUI starts the Web UI on host:port against this server's frontend and
+// waits until it serves its start page.
+//
+// The UI server exits the process when it cannot listen, so the port was probed
+// just before (see reservePort); what remains is the usual free-port race.
+func (s *Server) startUI(ctx context.Context, host string, port int) error {
+	ui := uiserver.NewServer(uiserveroptions.WithConfigProvider(&uiconfig.Config{
+		Host:                host,
+		Port:                port,
+		TemporalGRPCAddress: s.frontend,
+		EnableUI:            true,
+		DefaultNamespace:    s.namespace,
+		// Plain HTTP on a developer's machine: the CSRF cookie must work without TLS.
+		CORS:     uiconfig.CORS{CookieInsecure: true},
+		HideLogs: true,
+	}))
+	done := make(chan error, 1)
+	go func() { done <- ui.Start() }()
+	s.ui, s.uiDone = ui, done
+	s.uiURL = "http://" + net.JoinHostPort(dialHost(host), strconv.Itoa(port))
+
+	hc := &http.Client{}
+	return poll(ctx, "the Web UI to answer at "+s.uiURL, func(ctx context.Context) error {
+		select {
+		case err := <-done:
+			done <- err // Stop reads it again
+			if err == nil {
+				err = errors.New("no error reported")
+			}
+			return halt{fmt.Errorf("the Web UI server exited before it served a page: %w", err)}
+		default:
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.uiURL+"/", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s/: %s", s.uiURL, resp.Status)
+		}
+		return nil
+	})
+}
