@@ -1,0 +1,256 @@
+package deploy_test
+
+import (
+	"bufio"
+	"context"
+	"maps"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/agentsaga/agentsaga/config"
+)
+
+const repoRoot = ".."
+
+// workerEnv is the worker container's environment, exactly.
+var workerEnv = []string{
+	config.EnvAddress, config.EnvNamespace, config.EnvTaskQueue, config.EnvLedger, config.EnvSandboxURL,
+}
+
+// load parses and validates docker-compose.yml the way `docker compose` does,
+// with only env as the interpolation environment (never the caller's).
+func load(t *testing.T, env []string, profiles ...string) (*types.Project, error) {
+	t.Helper()
+	opts, err := cli.NewProjectOptions(
+		[]string{filepath.Join(repoRoot, "docker-compose.yml")},
+		cli.WithWorkingDirectory(repoRoot),
+		cli.WithEnv(env),
+		cli.WithProfiles(profiles),
+	)
+	if err != nil {
+		t.Fatalf("compose options: %v", err)
+	}
+	return opts.LoadProject(context.Background())
+}
+
+func mustLoad(t *testing.T, profiles ...string) *types.Project {
+	t.Helper()
+	p, err := load(t, []string{"POSTGRES_PASSWORD=test-secret"}, profiles...)
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load: %v", err)
+	}
+	return p
+}
+
+func TestComposeServicesAndProfiles(t *testing.T) {
+	base := mustLoad(t)
+	for _, name := range []string{"temporal", "postgres", "temporal-ui", "worker"} {
+		if _, ok := base.Services[name]; !ok {
+			t.Errorf("service %q is missing or not enabled by default", name)
+		}
+	}
+	if _, ok := base.Services["sandbox"]; ok {
+		t.Errorf("service sandbox runs without the sandbox profile; give it profiles: [sandbox]")
+	}
+	disabled, ok := base.DisabledServices["sandbox"]
+	if !ok {
+		t.Fatalf("service sandbox is missing")
+	}
+	if !slices.Equal(disabled.Profiles, []string{"sandbox"}) {
+		t.Errorf("sandbox profiles = %v, want [sandbox]", disabled.Profiles)
+	}
+
+	withSandbox := mustLoad(t, "sandbox")
+	sb, ok := withSandbox.Services["sandbox"]
+	if !ok {
+		t.Fatalf("service sandbox is not enabled by --profile sandbox")
+	}
+	if got, want := []string(sb.Entrypoint), []string{"/app/starter"}; !slices.Equal(got, want) {
+		t.Errorf("sandbox entrypoint = %q, want %q", got, want)
+	}
+	if got, want := []string(sb.Command), []string{"sandbox", "serve", "--addr", "0.0.0.0:8090"}; !slices.Equal(got, want) {
+		t.Errorf("sandbox command = %q, want %q", got, want)
+	}
+	for _, name := range []string{"worker", "sandbox"} {
+		b := withSandbox.Services[name].Build
+		if b == nil {
+			t.Errorf("service %s has no build section; it must build the repository's Dockerfile", name)
+			continue
+		}
+		root, _ := filepath.Abs(repoRoot)
+		if filepath.Clean(b.Context) != root || b.Dockerfile != "Dockerfile" {
+			t.Errorf("service %s builds %s from %s, want Dockerfile from the repository root %s", name, b.Dockerfile, b.Context, root)
+		}
+	}
+}
+
+func TestComposePublishedPorts(t *testing.T) {
+	p := mustLoad(t, "sandbox")
+	for _, c := range []struct {
+		service         string
+		published, port uint32
+	}{
+		{"temporal", 7233, 7233},
+		{"temporal-ui", 8233, 8080},
+		{"sandbox", 8090, 8090},
+	} {
+		svc, ok := p.Services[c.service]
+		if !ok {
+			t.Errorf("service %s is missing", c.service)
+			continue
+		}
+		found := slices.ContainsFunc(svc.Ports, func(pc types.ServicePortConfig) bool {
+			return pc.Published == strconv.FormatUint(uint64(c.published), 10) && pc.Target == c.port
+		})
+		if !found {
+			t.Errorf("service %s does not publish host port %d to container port %d (ports: %+v)", c.service, c.published, c.port, svc.Ports)
+		}
+	}
+}
+
+func TestComposeWorkerEnvironment(t *testing.T) {
+	p := mustLoad(t)
+	env := p.Services["worker"].Environment
+	names := slices.Sorted(maps.Keys(env))
+	if want := slices.Sorted(slices.Values(workerEnv)); !slices.Equal(names, want) {
+		t.Errorf("worker environment names = %v, want exactly %v", names, want)
+	}
+	// Every name must be one the worker reads.
+	for _, name := range names {
+		if !slices.Contains(config.EnvNames(), name) {
+			t.Errorf("worker environment has %s, which package config does not read (config.EnvNames)", name)
+		}
+	}
+
+	get := func(name string) string {
+		if v := env[name]; v != nil {
+			return *v
+		}
+		t.Errorf("worker environment %s has no value", name)
+		return ""
+	}
+	if got := get(config.EnvAddress); got != "temporal:7233" {
+		t.Errorf("%s = %q, want temporal:7233 (the temporal service)", config.EnvAddress, got)
+	}
+	if got := get(config.EnvNamespace); got != config.DefaultNamespace {
+		t.Errorf("%s = %q, want %q by default", config.EnvNamespace, got, config.DefaultNamespace)
+	}
+	if got := get(config.EnvTaskQueue); got != config.DefaultTaskQueue {
+		t.Errorf("%s = %q, want %q by default", config.EnvTaskQueue, got, config.DefaultTaskQueue)
+	}
+	if u, err := url.Parse(get(config.EnvLedger)); err != nil || u.Scheme != "postgres" || u.Hostname() != "postgres" || u.Path != "/agentsaga" {
+		t.Errorf("%s = %q (%v), want a postgres:// DSN to database agentsaga on the postgres service", config.EnvLedger, get(config.EnvLedger), err)
+	}
+	if got := get(config.EnvSandboxURL); got != "http://sandbox:8090" {
+		t.Errorf("%s = %q, want http://sandbox:8090 (the sandbox service) by default", config.EnvSandboxURL, got)
+	}
+}
+
+func TestComposeRequiresPostgresPassword(t *testing.T) {
+	if _, err := load(t, nil); err == nil || !strings.Contains(err.Error(), "POSTGRES_PASSWORD") {
+		t.Errorf("loading without POSTGRES_PASSWORD: err = %v, want an error naming POSTGRES_PASSWORD", err)
+	}
+}
+
+// TestDockerfile checks the Dockerfile the worker and sandbox services build:
+// a Go build stage on the toolchain go.mod names that builds ./worker and
+// ./starter, and a runtime stage with both in /app that runs as a non-root user.
+func TestDockerfile(t *testing.T) {
+	lines := dockerfileInstructions(t, filepath.Join(repoRoot, "Dockerfile"))
+
+	goVersion := goModVersion(t)
+	var stages [][]string
+	for _, l := range lines {
+		if strings.HasPrefix(strings.ToUpper(l), "FROM ") {
+			stages = append(stages, nil)
+		}
+		if len(stages) > 0 {
+			stages[len(stages)-1] = append(stages[len(stages)-1], l)
+		}
+	}
+	if len(stages) < 2 {
+		t.Fatalf("Dockerfile has %d stages, want a build stage and a runtime stage", len(stages))
+	}
+	build, runtime := stages[0], stages[len(stages)-1]
+	if from := build[0]; !strings.Contains(from, "golang:"+goVersion) {
+		t.Errorf("build stage %q does not use golang:%s, the version in go.mod", from, goVersion)
+	}
+	buildText := strings.Join(build, "\n")
+	for _, pkg := range []string{"./worker", "./starter"} {
+		if !strings.Contains(buildText, "go build") || !strings.Contains(buildText, pkg) {
+			t.Errorf("build stage does not go build %s", pkg)
+		}
+	}
+	runtimeText := strings.Join(runtime, "\n")
+	for _, bin := range []string{"worker", "starter"} {
+		if !strings.Contains(runtimeText, "/out/"+bin) || !strings.Contains(runtimeText, "/app/") {
+			t.Errorf("runtime stage does not copy %s into /app", bin)
+		}
+	}
+	user := ""
+	for _, l := range runtime {
+		if u, ok := strings.CutPrefix(l, "USER "); ok {
+			user = strings.TrimSpace(u)
+		}
+	}
+	if user == "" || user == "root" || user == "0" || strings.HasPrefix(user, "0:") || strings.HasPrefix(user, "root:") {
+		t.Errorf("runtime stage runs as %q, want a non-root USER", user)
+	}
+	if !slices.Contains(runtime, `ENTRYPOINT ["/app/worker"]`) {
+		t.Errorf(`runtime stage lacks ENTRYPOINT ["/app/worker"]`)
+	}
+}
+
+// dockerfileInstructions returns the Dockerfile's instructions with comments
+// dropped and continuation lines joined.
+func dockerfileInstructions(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("the compose file builds %s: %v", path, err)
+	}
+	defer f.Close()
+	var out []string
+	var cur strings.Builder
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if more, ok := strings.CutSuffix(line, "\\"); ok {
+			cur.WriteString(more + " ")
+			continue
+		}
+		cur.WriteString(line)
+		out = append(out, cur.String())
+		cur.Reset()
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return out
+}
+
+func goModVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
+	if err != nil {
+		t.Fatalf("read go.mod: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "go "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("go.mod has no go line")
+	return ""
+}
