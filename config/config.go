@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -131,4 +132,13 @@ func env(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// SafeDSN returns dsn with any password masked, for printing.
+func SafeDSN(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		return dsn
+	}
+	return u.Redacted()
 }

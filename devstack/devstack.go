@@ -1,0 +1,171 @@
+// Package devstack starts the whole product in one process: a real Temporal
+// server on SQLite with the Web UI, the sandbox providers, the ledger and a
+// worker running AgentPlan. `worker --dev`, `starter demo` and the
+// integration tests all start it here.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/agentsaga/agentsaga/demotools"
+	"github.com/agentsaga/agentsaga/devserver"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
+	"github.com/agentsaga/agentsaga/sagaclient"
+	"github.com/agentsaga/agentsaga/sagaworker"
+	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/tool"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// Options configure a stack.
+type Options struct {
+	// DataDir keeps Temporal's database, the ledger and the sandbox stores
+	// so plans survive a restart. Empty keeps them in a temporary directory
+	// removed by Close.
+	DataDir string
+	// Port is Temporal's frontend port (0 picks a free one); UIPort the Web
+	// UI's (0 free, -1 none).
+	Port, UIPort int
+	// Ledger is the ledger DSN; empty means SQLite under the data directory.
+	Ledger string
+	// SandboxURL uses a sandbox that already runs instead of starting one.
+	SandboxURL string
+	// TaskQueue defaults to workflows.TaskQueue.
+	TaskQueue string
+	// NoWorker starts everything but the worker (tests that run the worker
+	// as a separate process).
+	NoWorker bool
+	// Logger receives the stack's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Stack is a running product.
+type Stack struct {
+	Server     *devserver.Server
+	Sandbox    *sandbox.Sandbox // nil when Options.SandboxURL was given
+	SandboxURL string
+	Client     client.Client
+	Plans      *sagaclient.Client
+	Tools      *tool.Registry
+	Ledger     ledger.Store
+	Worker     worker.Worker // nil with NoWorker
+	LedgerDSN  string
+
+	tmp string
+}
+
+// Start starts a stack. Close it when done.
+func Start(ctx context.Context, o Options) (s *Stack, err error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s = &Stack{}
+	defer func() {
+		if err != nil {
+			_ = s.Close()
+		}
+	}()
+	dir := o.DataDir
+	temporalDir := ""
+	if dir == "" {
+		if s.tmp, err = os.MkdirTemp("", "agentsaga-"); err != nil {
+			return nil, fmt.Errorf("make a temporary data directory: %w", err)
+		}
+		dir = s.tmp
+	} else {
+		temporalDir = filepath.Join(dir, "temporal")
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("make data directory %s: %w", dir, err)
+	}
+
+	s.Server, err = devserver.Start(ctx, devserver.Options{
+		DataDir: temporalDir, Port: o.Port, UIPort: o.UIPort,
+		SearchAttributes: sagaworker.SearchAttributes, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start embedded Temporal: %w", err)
+	}
+
+	s.SandboxURL = o.SandboxURL
+	if s.SandboxURL == "" {
+		sbDir := ""
+		if o.DataDir != "" {
+			sbDir = filepath.Join(dir, "sandbox")
+		}
+		if s.Sandbox, err = sandbox.Start(ctx, sandbox.Options{Dir: sbDir, Logger: log}); err != nil {
+			return nil, fmt.Errorf("start sandbox providers: %w", err)
+		}
+		s.SandboxURL = s.Sandbox.BaseURL()
+	}
+
+	s.LedgerDSN = o.Ledger
+	if s.LedgerDSN == "" {
+		s.LedgerDSN = "sqlite:" + filepath.Join(dir, "ledger.db")
+	}
+	if s.Ledger, err = ledgerdb.Open(ctx, s.LedgerDSN); err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if s.Tools, err = demotools.Registry(sandbox.URLsFor(s.SandboxURL)); err != nil {
+		return nil, err
+	}
+
+	s.Client, err = client.Dial(client.Options{
+		HostPort: s.Server.FrontendAddr(), Namespace: s.Server.Namespace(),
+		Logger: sdklog.NewStructuredLogger(log),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to embedded Temporal: %w", err)
+	}
+	tq := o.TaskQueue
+	if tq == "" {
+		tq = workflows.TaskQueue
+	}
+	s.Plans = sagaclient.New(s.Client, sagaclient.Options{TaskQueue: tq, Catalog: s.Tools})
+	if o.NoWorker {
+		return s, nil
+	}
+	s.Worker, err = sagaworker.New(s.Client, sagaworker.Options{TaskQueue: tq, Tools: s.Tools, Ledger: s.Ledger, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Worker.Start(); err != nil {
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	return s, nil
+}
+
+// Close stops everything Start started, in reverse order.
+func (s *Stack) Close() error {
+	var errs []error
+	if s.Worker != nil {
+		s.Worker.Stop()
+	}
+	if s.Client != nil {
+		s.Client.Close()
+	}
+	if s.Ledger != nil {
+		errs = append(errs, s.Ledger.Close())
+	}
+	if s.Sandbox != nil {
+		errs = append(errs, s.Sandbox.Close())
+	}
+	if s.Server != nil {
+		errs = append(errs, s.Server.Stop())
+	}
+	if s.tmp != "" {
+		errs = append(errs, os.RemoveAll(s.tmp))
+	}
+	return errors.Join(errs...)
+}

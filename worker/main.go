@@ -1,0 +1,124 @@
+// Command worker runs AgentPlan workflows and their tool activities.
+//
+//	go run ./worker --dev            embedded Temporal + Web UI + sandbox + worker
+//	go run ./worker                  connect to TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE
+//
+// It refuses to start when a tool lacks a side-effect class, a compensator or
+// a reconciler, naming every offender, and stops gracefully on SIGINT/SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/agentsaga/agentsaga/config"
+	"github.com/agentsaga/agentsaga/demotools"
+	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
+	"github.com/agentsaga/agentsaga/sagaworker"
+	"github.com/agentsaga/agentsaga/sandbox"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ error }
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	var t config.Temporal
+	t.Register(fs)
+	dev := fs.Bool("dev", false, "start an embedded Temporal server with the Web UI and the sandbox providers")
+	dataDir := fs.String("data-dir", config.DefaultDataDir(), "with --dev: where Temporal, the ledger and the sandbox keep their data (env "+config.EnvDataDir+")")
+	port := fs.Int("port", 7233, "with --dev: Temporal frontend port")
+	uiPort := fs.Int("ui-port", config.DefaultUIPort, "with --dev: Temporal Web UI port")
+	ledgerDSN := fs.String("ledger", os.Getenv(config.EnvLedger), "ledger: sqlite:PATH or postgres://... (env "+config.EnvLedger+"; default sqlite under --data-dir)")
+	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers (env "+config.EnvSandboxURL+"; --dev starts its own)")
+	verbose := fs.Bool("v", false, "log every tool call")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	if *dev {
+		st, err := devstack.Start(ctx, devstack.Options{
+			DataDir: *dataDir, Port: *port, UIPort: *uiPort, Ledger: *ledgerDSN, SandboxURL: *sandboxURL,
+			TaskQueue: t.TaskQueue, Logger: log,
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("agentsaga dev worker ready\n  Temporal   %s (namespace %s)\n  Web UI     %s\n  sandbox    %s\n  ledger     %s\n  task queue %s\n  data       %s\nCtrl-C stops.\n",
+			st.Server.FrontendAddr(), st.Server.Namespace(), st.Server.UIURL(), st.SandboxURL, config.SafeDSN(st.LedgerDSN), t.TaskQueue, *dataDir)
+		<-ctx.Done()
+		fmt.Println("stopping")
+		return st.Close()
+	}
+
+	if *sandboxURL == "" {
+		return usageError{fmt.Errorf("--sandbox-url (or %s) is required without --dev: the demo tools call the sandbox providers", config.EnvSandboxURL)}
+	}
+	dsn := *ledgerDSN
+	if dsn == "" {
+		dsn = config.DefaultLedger(*dataDir)
+		if err := os.MkdirAll(*dataDir, 0o750); err != nil {
+			return fmt.Errorf("make data directory: %w", err)
+		}
+	}
+	tools, err := demotools.Registry(sandbox.URLsFor(*sandboxURL))
+	if err != nil {
+		return err
+	}
+	store, err := ledgerdb.Open(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	opts, err := t.ClientOptions()
+	if err != nil {
+		return usageError{err}
+	}
+	opts.Logger = sdklog.NewStructuredLogger(log)
+	c, err := client.Dial(opts)
+	if err != nil {
+		return fmt.Errorf("connect to Temporal at %s: %w (set --address or %s)", t.Address, err, config.EnvAddress)
+	}
+	defer c.Close()
+	if err := sagaworker.RegisterSearchAttributes(ctx, c, t.Namespace); err != nil {
+		log.Warn("search attributes not registered; escalations cannot be listed until they are", "error", err)
+	}
+	w, err := sagaworker.New(c, sagaworker.Options{TaskQueue: t.TaskQueue, Tools: tools, Ledger: store, Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn))
+	<-ctx.Done()
+	w.Stop()
+	return nil
+}
