@@ -1,0 +1,280 @@
+// Package httptool is the small HTTP client every agentsaga HTTP tool uses. It
+// sends JSON, puts the operation key in the Idempotency-Key header on every
+// attempt, and turns what happened on the wire into a tool.Error whose Kind
+// says what is known about the side effect.
+//
+// # Where a timeout becomes UNKNOWN
+//
+// Whether a request left is decided with net/http/httptrace (WroteRequest), not
+// guessed from error strings:
+//
+//	what happened                                         kind                  code
+//	----------------------------------------------------  --------------------  --------------------------
+//	request could not be built, context already done,     tool.KindNotSent      not_sent
+//	dial refused, TLS or connection failure before the
+//	request was written
+//	request written (or partly written), then timeout,    tool.KindUnknown      no_response
+//	context deadline, connection reset or EOF, or the
+//	response body was lost
+//	2xx                                                   success               -
+//	429 Too Many Requests                                 tool.KindThrottled    provider code or http_429
+//	5xx                                                   tool.KindUnavailable  provider code or http_5xx
+//	409 Conflict                                          tool.KindInFlight     provider code or in_flight
+//	422 with a key-reuse code (ConflictCodes)             tool.KindConflict     the provider's code
+//	any other 4xx (a business answer)                     tool.KindRejected     provider code or http_4xx
+//
+// A timeout after the request left is UNKNOWN, never FAILED: the provider may
+// have committed. A write error while sending is UNKNOWN as well (some bytes
+// may have left), which is the safe side.
+//
+// The provider's error body is read as {"error":{"code":"...","message":"..."}};
+// the code becomes tool.Error.Code and the cause is a *StatusError.
+//
+// # No hidden retries
+//
+// net/http's Transport silently resends a request that carries an
+// Idempotency-Key header when a reused connection is closed before the answer.
+// That would be a second provider call the saga never sees (and a second email
+// for a provider that ignores the key), so this package never gives the
+// transport a way to rewind the body: every attempt reaches the wire at most
+// once, and retries are the workflow's decision alone.
+package httptool
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentsaga/agentsaga/tool"
+)
+
+// KeyHeader is the header that carries the operation key.
+const KeyHeader = "Idempotency-Key"
+
+// CodeIdempotencyMismatch is the provider error code for a key reused with
+// a different request body. It is answered with 422 and maps to
+// tool.KindConflict.
+const CodeIdempotencyMismatch = "idempotency_key_mismatch"
+
+// ConflictCodes are the 422 codes that mean "this key was used before with
+// other arguments" (tool.KindConflict): the Idempotency-Key mismatch of a
+// Stripe-like API and the integration-key conflict of an accounting system.
+var ConflictCodes = map[string]bool{CodeIdempotencyMismatch: true, "integration_key_conflict": true}
+
+// maxBody bounds how much of a response is read.
+const maxBody = 1 << 20
+
+// Client calls one provider. The zero value is not usable: set BaseURL.
+type Client struct {
+	// BaseURL is the provider's root, such as http://127.0.0.1:8080/payments.
+	BaseURL string
+	// HTTP is the client used; nil means a client with no timeout of its
+	// own (the call's context bounds it).
+	HTTP *http.Client
+	// Timeout, when positive, bounds one request on top of the context.
+	Timeout time.Duration
+}
+
+// New returns a Client for baseURL using hc (nil for the default).
+func New(baseURL string, hc *http.Client) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), HTTP: hc}
+}
+
+// Request is one JSON call.
+type Request struct {
+	// Method is the HTTP method; empty means GET without a body and POST
+	// with one.
+	Method string
+	// Path is appended to the client's BaseURL, query included.
+	Path string
+	// Key is sent as Idempotency-Key when not empty.
+	Key string
+	// Body is encoded as JSON when not nil. A json.RawMessage is sent as is.
+	Body any
+}
+
+// StatusError is a provider's answer other than 2xx.
+type StatusError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the provider's machine-readable reason, if it gave one.
+	Code string
+	// Message is the provider's explanation, if it gave one.
+	Message string
+	// Body is the raw response body (bounded).
+	Body json.RawMessage
+}
+
+// Error implements error.
+func (e *StatusError) Error() string {
+	msg := fmt.Sprintf("provider answered %d", e.Status)
+	if e.Code != "" {
+		msg += " " + e.Code
+	}
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// StatusOf returns the HTTP status of the provider's answer carried by err,
+// or 0 when the provider did not answer.
+func StatusOf(err error) int {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return se.Status
+	}
+	return 0
+}
+
+// Do sends req and decodes a 2xx JSON answer into out (when out is not nil).
+// Every failure is a *tool.Error whose kind follows the package table.
+func (c *Client) Do(ctx context.Context, req Request, out any) error {
+	raw, err := c.do(ctx, req)
+	if err != nil {
+		return err
+	}
+	if out == nil || len(bytes.TrimSpace(raw)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		// The provider answered 2xx: the effect happened, but we cannot read
+		// what it was. Only a lookup can tell the id.
+		return tool.Fail(tool.KindUnknown, "bad_response",
+			fmt.Errorf("%s %s: provider answered 2xx with a body that is not the expected JSON (%w): reconcile by key to learn the result", req.method(), req.Path, err))
+	}
+	return nil
+}
+
+// Raw is like Do but returns the 2xx body as is.
+func (c *Client) Raw(ctx context.Context, req Request) (json.RawMessage, error) {
+	return c.do(ctx, req)
+}
+
+func (r Request) method() string {
+	if r.Method != "" {
+		return r.Method
+	}
+	if r.Body != nil {
+		return http.MethodPost
+	}
+	return http.MethodGet
+}
+
+func (c *Client) do(ctx context.Context, req Request) (json.RawMessage, error) {
+	method, what := req.method(), req.method()+" "+req.Path
+	var body []byte
+	if req.Body != nil {
+		var err error
+		if rm, ok := req.Body.(json.RawMessage); ok {
+			body = rm
+		} else if body, err = json.Marshal(req.Body); err != nil {
+			return nil, tool.Fail(tool.KindNotSent, "bad_request", fmt.Errorf("%s: encode the request body: %w", what, err))
+		}
+	}
+	if c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	var (
+		mu    sync.Mutex
+		wrote bool
+	)
+	trace := &httptrace.ClientTrace{
+		// WroteRequest fires once the request (headers and body) has been
+		// handed to the connection, or writing it failed part way. Either way
+		// bytes may have reached the provider.
+		WroteRequest: func(httptrace.WroteRequestInfo) {
+			mu.Lock()
+			wrote = true
+			mu.Unlock()
+		},
+	}
+	hreq, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, c.BaseURL+req.Path, bytes.NewReader(body))
+	if err != nil {
+		return nil, tool.Fail(tool.KindNotSent, "bad_request", fmt.Errorf("%s: build the request: %w", what, err))
+	}
+	if body == nil {
+		hreq.Body, hreq.ContentLength = http.NoBody, 0
+	} else {
+		hreq.Header.Set("Content-Type", "application/json")
+	}
+	// No GetBody: the transport must not resend this request on its own (see
+	// the package doc).
+	hreq.GetBody = nil
+	hreq.Header.Set("Accept", "application/json")
+	if req.Key != "" {
+		hreq.Header.Set(KeyHeader, req.Key)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(hreq)
+	mu.Lock()
+	left := wrote
+	mu.Unlock()
+	if err != nil {
+		if !left {
+			return nil, tool.Fail(tool.KindNotSent, "not_sent",
+				fmt.Errorf("%s: the request never left (%w): it is safe to send again", what, err))
+		}
+		return nil, tool.Fail(tool.KindUnknown, "no_response",
+			fmt.Errorf("%s: the request left but no answer came back (%w): the outcome is unknown, reconcile by key before sending again", what, err))
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return nil, tool.Fail(tool.KindUnknown, "no_response",
+			fmt.Errorf("%s: the provider answered %d but the body was lost (%w): the outcome is unknown, reconcile by key", what, resp.StatusCode, err))
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return raw, nil
+	}
+	return nil, classify(what, resp.StatusCode, raw)
+}
+
+// classify maps a non-2xx answer to a tool error.
+func classify(what string, status int, raw []byte) error {
+	se := &StatusError{Status: status, Body: json.RawMessage(append([]byte(nil), raw...))}
+	var env struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(raw, &env) == nil {
+		se.Code, se.Message = env.Error.Code, env.Error.Message
+	} else {
+		se.Body = nil
+	}
+	code := se.Code
+	if code == "" {
+		code = fmt.Sprintf("http_%d", status)
+	}
+	err := fmt.Errorf("%s: %w", what, se)
+	switch {
+	case status == http.StatusTooManyRequests:
+		return tool.Fail(tool.KindThrottled, code, fmt.Errorf("%w: slow down and retry later", err))
+	case status >= 500:
+		return tool.Fail(tool.KindUnavailable, code, fmt.Errorf("%w: the provider is unavailable, retry later (reconcile first for writes)", err))
+	case status == http.StatusConflict:
+		if se.Code == "" {
+			code = "in_flight"
+		}
+		return tool.Fail(tool.KindInFlight, code, fmt.Errorf("%w: the same key is still being processed, retry later", err))
+	case status == http.StatusUnprocessableEntity && ConflictCodes[se.Code]:
+		return tool.Fail(tool.KindConflict, code, fmt.Errorf("%w: this key was used with other arguments, use the original arguments or a new key", err))
+	default:
+		return tool.Fail(tool.KindRejected, code, err)
+	}
+}
