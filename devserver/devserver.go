@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -71,6 +72,7 @@ type Options struct {
 // asked for. Its methods are safe for concurrent use.
 type Server struct {
 	temporal  temporal.Server
+	release   func() // frees the data directory for another Start
 	logger    serverLogger
 	ui        *uiserver.Server
 	uiDone    chan error // receives the UI server's exit; nil without UI
@@ -97,29 +99,24 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	logger := newServerLogger(opts.Logger)
 
-	ports, err := pickPorts(opts)
+	release, err := claimDataDir(opts.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	sqlCfg, err := prepareStore(opts)
+	srv, ports, err := newTemporal(opts, logger)
 	if err != nil {
+		release()
 		return nil, err
-	}
-	serverOpts, err := buildServerOptions(opts, ports, sqlCfg, logger)
-	if err != nil {
-		return nil, err
-	}
-	srv, err := temporal.NewServer(serverOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("devserver: build the Temporal server: %w", err)
 	}
 	if err := srv.Start(); err != nil {
 		_ = srv.Stop()
-		return nil, fmt.Errorf("devserver: start the Temporal server (is another server using %s?): %w", opts.DataDir, err)
+		release()
+		return nil, fmt.Errorf("devserver: start the Temporal server: %w", err)
 	}
 
 	s := &Server{
 		temporal:  srv,
+		release:   release,
 		logger:    logger,
 		frontend:  net.JoinHostPort(dialHost(opts.Host), strconv.Itoa(ports.frontend)),
 		namespace: opts.Namespace,
@@ -162,9 +159,60 @@ func (s *Server) Stop() error {
 		if err := s.temporal.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("devserver: stop the Temporal server: %w", err))
 		}
+		s.release()
 		s.stopErr = errors.Join(errs...)
 	})
 	return s.stopErr
+}
+
+// newTemporal prepares the database and builds (but does not start) the server.
+func newTemporal(opts Options, logger serverLogger) (temporal.Server, ports, error) {
+	p, err := pickPorts(opts)
+	if err != nil {
+		return nil, p, err
+	}
+	sqlCfg, err := prepareStore(opts)
+	if err != nil {
+		return nil, p, err
+	}
+	serverOpts, err := buildServerOptions(opts, p, sqlCfg, logger)
+	if err != nil {
+		return nil, p, err
+	}
+	srv, err := temporal.NewServer(serverOpts...)
+	if err != nil {
+		return nil, p, fmt.Errorf("devserver: build the Temporal server: %w", err)
+	}
+	return srv, p, nil
+}
+
+// dataDirs holds the data directories of the servers running in this process.
+var dataDirs = struct {
+	sync.Mutex
+	inUse map[string]bool
+}{inUse: map[string]bool{}}
+
+// claimDataDir makes sure no other server in this process uses dir (two
+// servers on one database would fight over it) and returns the release func.
+func claimDataDir(dir string) (func(), error) {
+	if dir == "" {
+		return func() {}, nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: resolve the data directory %q: %w", dir, err)
+	}
+	dataDirs.Lock()
+	defer dataDirs.Unlock()
+	if dataDirs.inUse[abs] {
+		return nil, fmt.Errorf("devserver: data directory %s is in use by another server in this process; Stop it first or use another DataDir", abs)
+	}
+	dataDirs.inUse[abs] = true
+	return func() {
+		dataDirs.Lock()
+		defer dataDirs.Unlock()
+		delete(dataDirs.inUse, abs)
+	}, nil
 }
 
 func (o *Options) applyDefaults() error {

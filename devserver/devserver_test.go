@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -151,6 +152,25 @@ func TestStartInMemory(t *testing.T) {
 	}
 }
 
+// TestStartRefusesBusyPort checks that a taken frontend port is reported,
+// naming the option to change, before anything starts.
+func TestStartRefusesBusyPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	s, err := devserver.Start(context.Background(), devserver.Options{Port: port, UIPort: devserver.NoUI})
+	if err == nil {
+		s.Stop()
+		t.Fatalf("Start on busy port %d succeeded; want an error", port)
+	}
+	if !strings.Contains(err.Error(), "not free") || !strings.Contains(err.Error(), "Options.Port") {
+		t.Errorf("Start on busy port: %v; want an error saying the port is not free and naming Options.Port", err)
+	}
+}
+
 const (
 	helperEnv  = "DEVSERVER_TEST_FIRST_RUN_DIR"
 	persistWID = "survives-restart"
@@ -206,6 +226,14 @@ func TestDataDirSurvivesRestart(t *testing.T) {
 			t.Errorf("search attribute %s has type %v after restart, want %v", name, got, want)
 		}
 	}
+	// A second server on the same directory in this process is refused.
+	if other, err := devserver.Start(ctx, devserver.Options{DataDir: dir, UIPort: devserver.NoUI}); err == nil {
+		other.Stop()
+		t.Errorf("a second Start on the data directory in use succeeded; want an error")
+	} else if !strings.Contains(err.Error(), "in use") {
+		t.Errorf("second Start on the same data directory: %v; want an error saying it is in use", err)
+	}
+
 	// The attribute added on this start is usable right away.
 	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                    "uses-new-attribute",
