@@ -1,0 +1,180 @@
+// Package ledgersqlite is the embedded ledger driver: SQLite in pure Go
+// (modernc.org/sqlite, no cgo), in WAL mode, the default store of a single
+// machine. Any number of processes may open the same file; every write
+// transaction is BEGIN IMMEDIATE, so claims are serialized by SQLite itself.
+package ledgersqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/internal/sqlstore"
+)
+
+// Memory is the path that opens a private in-memory ledger, lost on Close.
+const Memory = ":memory:"
+
+// BusyTimeout is how long a connection waits for another writer (another
+// goroutine or process) before it gives up with "database is locked".
+const BusyTimeout = 10 * time.Second
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	clock func() time.Time
+}
+
+// WithClock makes the store read the time from now instead of time.Now, so
+// tests decide when leases expire.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.clock = now } }
+
+// Store is a ledger.Store on SQLite.
+type Store struct {
+	s *sqlstore.Store
+}
+
+var _ ledger.Store = (*Store)(nil)
+
+// Open opens the ledger in the SQLite file at path, creating it if missing,
+// and applies the schema migrations it lacks. Path Memory (":memory:") opens a
+// private in-memory ledger.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if path == "" {
+		return nil, errors.New("ledgersqlite: empty path: pass a file path such as data/ledger.db, or :memory:")
+	}
+	if strings.ContainsRune(path, '?') {
+		return nil, fmt.Errorf("ledgersqlite: path %q contains '?': choose a file name without it", path)
+	}
+	pragmas := fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_txlock=immediate", BusyTimeout.Milliseconds())
+	memory := path == Memory
+	db, err := sql.Open("sqlite", path+pragmas)
+	if err != nil {
+		return nil, fmt.Errorf("ledgersqlite: open %s: %w", path, err)
+	}
+	if memory {
+		// Every connection to :memory: is another database: keep one,
+		// forever.
+		db.SetMaxOpenConns(1)
+		db.SetConnMaxLifetime(0)
+		db.SetConnMaxIdleTime(0)
+	} else {
+		// Writers are serialized by SQLite; a few connections let reads run
+		// beside them without every goroutine spinning on the lock.
+		db.SetMaxOpenConns(4)
+		db.SetMaxIdleConns(4)
+	}
+	if !memory {
+		if err := ensureWAL(ctx, db); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("ledgersqlite: open %s: %w", path, err)
+		}
+	}
+	if err := migrate(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("ledgersqlite: open %s: %w", path, err)
+	}
+	return &Store{s: sqlstore.New(db, dialect, o.clock)}, nil
+}
+
+// ensureWAL switches the database file to write-ahead logging, which then
+// stays on for every later connection. SQLite answers a journal mode switch
+// that races with another process opening the same new file with
+// SQLITE_BUSY at once, without its busy handler, so the switch is retried here
+// for up to BusyTimeout.
+func ensureWAL(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(BusyTimeout)
+	wait := time.Millisecond
+	for {
+		var mode string
+		err := db.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
+		if err == nil && strings.EqualFold(mode, "wal") {
+			return nil
+		}
+		if err == nil {
+			return fmt.Errorf("switch to WAL journal mode: SQLite kept %q; use a local file system that supports WAL", mode)
+		}
+		var e *sqlite.Error
+		if !errors.As(err, &e) || e.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return fmt.Errorf("switch to WAL journal mode: %w", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+func migrate(ctx context.Context, db *sql.DB) error {
+	ms, err := sqlstore.LoadMigrations(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	return sqlstore.Migrate(ctx, db, ms, nil)
+}
+
+var dialect = sqlstore.Dialect{
+	Name: "sqlite",
+	Time: func(t time.Time) any { return t.UnixMicro() },
+	IsUniqueViolation: func(err error) bool {
+		var e *sqlite.Error
+		if !errors.As(err, &e) {
+			return false
+		}
+		return e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	},
+}
+
+// DB returns the underlying database, for audit queries.
+func (s *Store) DB() *sql.DB { return s.s.DB() }
+
+// Claim implements ledger.Store.
+func (s *Store) Claim(ctx context.Context, req ledger.ClaimRequest) (ledger.Claim, error) {
+	return s.s.Claim(ctx, req)
+}
+
+// Complete implements ledger.Store.
+func (s *Store) Complete(ctx context.Context, c ledger.Completion) (ledger.Operation, error) {
+	return s.s.Complete(ctx, c)
+}
+
+// Resolve implements ledger.Store.
+func (s *Store) Resolve(ctx context.Context, r ledger.Resolution) (ledger.Operation, error) {
+	return s.s.Resolve(ctx, r)
+}
+
+// Get implements ledger.Store.
+func (s *Store) Get(ctx context.Context, key string) (ledger.Operation, error) { return s.s.Get(ctx, key) }
+
+// Exceptions implements ledger.Store.
+func (s *Store) Exceptions(ctx context.Context, f ledger.ExceptionFilter) ([]ledger.Operation, error) {
+	return s.s.Exceptions(ctx, f)
+}
+
+// Purge implements ledger.Store.
+func (s *Store) Purge(ctx context.Context, completedBefore time.Time) (int, error) {
+	return s.s.Purge(ctx, completedBefore)
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.s.Close() }
