@@ -133,7 +133,9 @@ func (s *Store) Resolve(ctx context.Context, r ledger.Resolution) (ledger.Operat
 }
 
 // Get implements ledger.Store.
-func (s *Store) Get(ctx context.Context, key string) (ledger.Operation, error) { return s.s.Get(ctx, key) }
+func (s *Store) Get(ctx context.Context, key string) (ledger.Operation, error) {
+	return s.s.Get(ctx, key)
+}
 
 // Exceptions implements ledger.Store.
 func (s *Store) Exceptions(ctx context.Context, f ledger.ExceptionFilter) ([]ledger.Operation, error) {

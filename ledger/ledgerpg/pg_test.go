@@ -119,9 +119,15 @@ var harness = ledgertest.Harness{
 	DB: func(t testing.TB, loc string) *sql.DB { return rawDB(t, loc) },
 }
 
-func TestConformance(t *testing.T) { ledgertest.Run(t, harness) }
+func TestConformance(t *testing.T) {
+	requirePostgres(t)
+	ledgertest.Run(t, harness)
+}
 
-func BenchmarkClaimComplete(b *testing.B) { ledgertest.Benchmark(b, harness) }
+func BenchmarkClaimComplete(b *testing.B) {
+	requirePostgres(b)
+	ledgertest.Benchmark(b, harness)
+}
 
 func TestResultIsJSONB(t *testing.T) {
 	loc := harness.New(t)

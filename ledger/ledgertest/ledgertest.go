@@ -152,6 +152,7 @@ func Run(t *testing.T, h Harness) {
 		{"SecretsNeverStored", testSecrets},
 		{"GuardRefusesSecondSession", testGuardRefuses},
 		{"GuardHoldsOtherUnits", testGuardHolds},
+		{"ConcurrentGuard", testConcurrentGuard},
 		{"SuspectedDuplicateHeld", testDuplicate},
 		{"Exceptions", testExceptions},
 		{"Resolve", testResolve},
@@ -210,35 +211,60 @@ func testExecuteThenReplay(t *testing.T, h Harness) {
 	e.noDuplicateKeys()
 }
 
+// testConcurrentClaims races 200 executors for one key: on the insert of a
+// fresh key, on the conditional update of a pending row, of an unknown row
+// and of an expired lease. Each time exactly one gets the lease.
 func testConcurrentClaims(t *testing.T, h Harness) {
 	e := newEnv(t, h)
+	race := func(phase string) (winner string, _ map[ledger.Verdict]int) {
+		const n = 200
+		verdicts := make([]ledger.Verdict, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				r := req("same")
+				r.Executor = fmt.Sprintf("%s-w%d", phase, i)
+				c, err := e.store.Claim(e.ctx, r)
+				verdicts[i], errs[i] = c.Verdict, err
+			}()
+		}
+		close(start)
+		wg.Wait()
+		count := map[ledger.Verdict]int{}
+		for i := range n {
+			require.NoError(t, errs[i], phase)
+			count[verdicts[i]]++
+			if verdicts[i] == ledger.Execute || verdicts[i] == ledger.ReconcileFirst {
+				winner = fmt.Sprintf("%s-w%d", phase, i)
+			}
+		}
+		return winner, count
+	}
 	const n = 200
-	verdicts := make([]ledger.Verdict, n)
-	errs := make([]error, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			r := req("same")
-			r.Executor = fmt.Sprintf("w%d", i)
-			c, err := e.store.Claim(e.ctx, r)
-			verdicts[i], errs[i] = c.Verdict, err
-		}()
-	}
-	close(start)
-	wg.Wait()
-	count := map[ledger.Verdict]int{}
-	for i := range n {
-		require.NoError(t, errs[i])
-		count[verdicts[i]]++
-	}
+	w, count := race("fresh")
 	require.Equal(t, map[ledger.Verdict]int{ledger.Execute: 1, ledger.InFlight: n - 1}, count)
+
+	e.complete("same", w, ledger.Pending, "")
+	w, count = race("pending")
+	require.Equal(t, map[ledger.Verdict]int{ledger.Execute: 1, ledger.InFlight: n - 1}, count)
+
+	e.complete("same", w, ledger.Unknown, "")
+	w, count = race("unknown")
+	require.Equal(t, map[ledger.Verdict]int{ledger.ReconcileFirst: 1, ledger.InFlight: n - 1}, count)
+
+	e.clock.Advance(time.Minute)
+	_, count = race("expired")
+	require.Equal(t, map[ledger.Verdict]int{ledger.ReconcileFirst: 1, ledger.InFlight: n - 1}, count)
+
 	op, err := e.store.Get(e.ctx, "same")
 	require.NoError(t, err)
-	require.Equal(t, 1, op.AttemptCount)
+	require.Equal(t, 4, op.AttemptCount, "one attempt per race")
+	require.NotEqual(t, w, op.LeaseOwner)
 	e.noDuplicateKeys()
 }
 
@@ -625,6 +651,46 @@ func testGuardRefuses(t *testing.T, h Harness) {
 	_, err = e.store.Resolve(e.ctx, ledger.Resolution{Key: first.Key, Status: ledger.Compensated, By: "ops", Note: "reversed"})
 	require.NoError(t, err)
 	require.Equal(t, ledger.Execute, e.claim(second).Verdict)
+	e.noDuplicateKeys()
+}
+
+// testConcurrentGuard races many sessions for one guard scope, each with its
+// own key: exactly one runs, and with GuardHold exactly one runs and the rest
+// are held.
+func testConcurrentGuard(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	for _, hold := range []bool{false, true} {
+		const n = 50
+		scope := fmt.Sprintf("refund-per-order:o-%t", hold)
+		verdicts := make([]ledger.Verdict, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				r := req(fmt.Sprintf("s%d:1:0:apply_refund:%t", i, hold))
+				r.Executor, r.RequestHash = fmt.Sprintf("w%d", i), fmt.Sprintf("h%d", i)
+				r.GuardScope, r.GuardHold = scope, hold
+				c, err := e.store.Claim(e.ctx, r)
+				verdicts[i], errs[i] = c.Verdict, err
+			}()
+		}
+		close(start)
+		wg.Wait()
+		count := map[ledger.Verdict]int{}
+		for i := range n {
+			require.NoError(t, errs[i])
+			count[verdicts[i]]++
+		}
+		others := ledger.GuardRefused
+		if hold {
+			others = ledger.Held
+		}
+		require.Equal(t, map[ledger.Verdict]int{ledger.Execute: 1, others: n - 1}, count, "hold=%t", hold)
+	}
 	e.noDuplicateKeys()
 }
 
