@@ -63,10 +63,13 @@ const (
 	// Final: the operation ended for good (failed_final, compensated) or
 	// waits for a human. Do not call.
 	Final Verdict = "final"
-	// GuardRefused: another active effect holds the tool's guard scope.
+	// GuardRefused: another active effect holds the tool's guard scope. A
+	// refused call is not stored.
 	GuardRefused Verdict = "guard_refused"
 	// Held: a guard or the suspected-duplicate check holds the call for a
-	// human's approval; Claim.Reason says why.
+	// human's approval; Claim.Reason says why. The held call is stored with
+	// status needs_human, AttemptCount 0 and HoldReason set, so it is listed
+	// by Exceptions; claiming it again with Approved runs it (Execute).
 	Held Verdict = "held"
 )
 

@@ -554,16 +554,16 @@ type scanner interface{ Scan(dest ...any) error }
 // scan reads one row of columns; sql.ErrNoRows becomes ledger.ErrNotFound.
 func (s *Store) scan(r scanner) (ledger.Operation, int64, error) {
 	var (
-		op                                   ledger.Operation
-		status                               string
-		version                              int64
-		result                               sql.NullString
-		leaseUntil, resolved, created, updat dbTime
-		completed                            dbTime
+		op                                     ledger.Operation
+		status                                 string
+		version                                int64
+		result                                 sql.NullString
+		leaseUntil, resolved, created, updated dbTime
+		completed                              dbTime
 	)
 	err := r.Scan(&op.Key, &op.ActionType, &op.RequestHash, &status, &op.AttemptCount, &version, &op.ExternalID,
 		&result, &op.ErrorCode, &op.LeaseOwner, &leaseUntil, &op.WorkflowID, &op.RunID, &op.RequestID, &op.GuardScope,
-		&op.HoldReason, &op.ResolvedBy, &resolved, &op.ResolveNote, &created, &updat, &completed)
+		&op.HoldReason, &op.ResolvedBy, &resolved, &op.ResolveNote, &created, &updated, &completed)
 	if errors.Is(err, sql.ErrNoRows) {
 		return op, 0, ledger.ErrNotFound
 	}
@@ -575,7 +575,7 @@ func (s *Store) scan(r scanner) (ledger.Operation, int64, error) {
 		op.Result = []byte(result.String)
 	}
 	op.LeaseUntil, op.ResolvedAt, op.CreatedAt, op.UpdatedAt, op.CompletedAt =
-		leaseUntil.Time, resolved.Time, created.Time, updat.Time, completed.Time
+		leaseUntil.Time, resolved.Time, created.Time, updated.Time, completed.Time
 	return op, version, nil
 }
 
