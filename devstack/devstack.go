@@ -117,7 +117,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.Ledger, err = ledgerdb.Open(ctx, s.LedgerDSN); err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
-	if s.Tools, err = demotools.Registry(sandbox.URLsFor(s.SandboxURL)); err != nil {
+	if s.Tools, err = demotools.Registry(demotools.SandboxConfig(s.SandboxURL)); err != nil {
 		return nil, err
 	}
 

@@ -25,7 +25,6 @@ import (
 	"github.com/agentsaga/agentsaga/devstack"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/sagaworker"
-	"github.com/agentsaga/agentsaga/sandbox"
 )
 
 func main() {
@@ -88,7 +87,7 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("make data directory: %w", err)
 		}
 	}
-	tools, err := demotools.Registry(sandbox.URLsFor(*sandboxURL))
+	tools, err := demotools.Registry(demotools.SandboxConfig(*sandboxURL))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentsaga/agentsaga/config"
+	"github.com/agentsaga/agentsaga/sandbox"
+)
+
+func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
+	if len(args) == 0 {
+		return usageErr("sandbox: give effects, fault or serve")
+	}
+	fs := flag.NewFlagSet("sandbox "+args[0], flag.ContinueOnError)
+	base := fs.String("sandbox-url", envOr(config.EnvSandboxURL, "http://127.0.0.1:8090"), "sandbox base URL (env "+config.EnvSandboxURL+")")
+	asJSON := fs.Bool("json", false, "print JSON")
+	switch args[0] {
+	case "effects":
+		provider := fs.String("provider", "", "one provider: orders, payments, crm, accounting, mail (default all)")
+		if _, err := parse(fs, args[1:]); err != nil {
+			return err
+		}
+		effects, err := sandbox.NewClient(*base, nil).Effects(ctx, *provider)
+		if err != nil {
+			return fmt.Errorf("read effects from %s: %w (is the sandbox running? `go run ./worker --dev` starts one)", *base, err)
+		}
+		if *asJSON {
+			if effects == nil {
+				effects = []sandbox.Effect{}
+			}
+			return printJSON(out, effects)
+		}
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "PROVIDER\tKIND\tID\tKEY\tREVERSES\tAMOUNT\tSTATUS\tCREATED")
+		for _, e := range effects {
+			amount := ""
+			if e.Currency != "" {
+				amount = fmt.Sprintf("%d %s", e.AmountMinor, e.Currency)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Provider, e.Kind, e.ID, e.Key, e.Reverses, amount, e.Status, e.CreatedAt.Format(time.RFC3339))
+		}
+		return tw.Flush()
+	case "fault":
+		var f sandbox.FaultSpec
+		kind := fs.String("kind", "", "commit_then_drop, drop_before_commit, delay, http_503, http_429, reject, lookup_unavailable, lookup_lag")
+		fs.StringVar(&f.Op, "op", "", "operation, such as refunds.create (GET /admin/ops lists them)")
+		fs.IntVar(&f.Count, "count", 1, "how many requests it affects (-1: until cleared)")
+		fs.DurationVar(&f.Delay, "delay", 0, "for kind delay: how long")
+		fs.IntVar(&f.Status, "status", 0, "for kind reject: the 4xx status")
+		fs.StringVar(&f.Code, "code", "", "for kind reject: the error code")
+		clear := fs.Bool("clear", false, "clear every pending fault instead")
+		if _, err := parse(fs, args[1:]); err != nil {
+			return err
+		}
+		c := sandbox.NewClient(*base, nil)
+		if *clear {
+			if err := c.ClearFaults(ctx); err != nil {
+				return err
+			}
+			return done(out, *asJSON, "faults cleared", *base, 0)
+		}
+		f.Fault = sandbox.FaultKind(*kind)
+		if err := f.Validate(); err != nil {
+			return usageErr("sandbox fault: %v", err)
+		}
+		if err := c.Fault(ctx, f); err != nil {
+			return fmt.Errorf("add fault at %s: %w", *base, err)
+		}
+		if *asJSON {
+			return printJSON(out, f)
+		}
+		fmt.Fprintf(out, "fault %s on %s for %d call(s)\n", f.Fault, f.Op, f.Count)
+		return nil
+	case "serve":
+		addr := fs.String("addr", "127.0.0.1:8090", "listen address")
+		dir := fs.String("data-dir", envOr(config.EnvDataDir, ""), "keep the providers' SQLite files here (default in memory)")
+		if _, err := parse(fs, args[1:]); err != nil {
+			return err
+		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		return sandbox.Serve(ctx, sandbox.Options{Addr: *addr, Dir: *dir, Logger: log}, func(s *sandbox.Sandbox) {
+			fmt.Fprintf(out, "sandbox providers at %s (admin %s/admin)\n", s.BaseURL(), s.BaseURL())
+		})
+	}
+	return usageErr("sandbox: unknown subcommand %q: give effects, fault or serve", args[0])
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
