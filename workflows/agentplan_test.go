@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -41,6 +43,7 @@ func newHarness(t *testing.T) *harness {
 }
 
 func (h *harness) env() *testsuite.TestWorkflowEnvironment {
+	h.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := h.NewTestWorkflowEnvironment()
 	saga := &workflows.Saga{Specs: h.reg.Specs()}
 	env.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
@@ -165,15 +168,14 @@ func TestFinalFailureCompensatesInReverseWithStornoKeys(t *testing.T) {
 
 func TestFailedStepFoundByReconcileIsCompensatedToo(t *testing.T) {
 	h := newHarness(t)
-	// ship reports a rejection, but the provider did commit it: the
-	// reconcile of the failed step finds it; ship is not compensable, so
-	// only charge is reversed and the step shows the truth.
-	h.p.fail("invoice", "commit_then_drop", "reject")
-	h.p.fail("invoice.lookup", "lookup_unknown")
+	// invoice reports a rejection, but the provider did commit it: the
+	// reconcile of the failed step finds it, and it is reversed like the
+	// steps before it.
+	h.p.fail("invoice", "commit_then_reject")
 	st := run(t, h.env(), newPlan("s4b", step("charge", "o1", 100), step("invoice", "o1", 100)))
-	// the first attempt committed; reconcile was unknown; the retry is a
-	// rejection, then the failed step's reconcile finds the commit.
 	require.Equal(t, workflows.SagaCompensated, st.State)
+	require.Contains(t, st.Steps[1].LastError, "provider has the effect")
+	require.Equal(t, 1, h.p.count("invoice_storno"))
 	require.Equal(t, ledger.Compensated, st.Steps[1].State, "the found effect was reversed")
 	require.Equal(t, ledger.Compensated, st.Steps[0].State)
 }
@@ -265,11 +267,13 @@ func TestApprovalWithStaleFingerprintIsRefused(t *testing.T) {
 	require.NoError(t, err)
 
 	var afterStale workflows.Status
+	var callsAfterStale []string
 	env.RegisterDelayedCallback(func() {
 		env.SignalWorkflow(workflows.SignalApprove, workflows.ApproveSignal{Step: 1, Fingerprint: stale, By: "eve", Approved: true})
 	}, time.Minute)
 	env.RegisterDelayedCallback(func() {
 		afterStale = status(t, env)
+		callsAfterStale = h.p.callsOf("refund")
 		env.SignalWorkflow(workflows.SignalApprove, workflows.ApproveSignal{Step: 1, Fingerprint: fp, By: "alice", Approved: true, Reason: "verified"})
 	}, 2*time.Minute)
 	st := run(t, env, p)
@@ -278,7 +282,7 @@ func TestApprovalWithStaleFingerprintIsRefused(t *testing.T) {
 	require.Equal(t, "approval", afterStale.Steps[0].Waiting)
 	require.Len(t, afterStale.Steps[0].Decisions, 1)
 	require.Contains(t, afterStale.Steps[0].Decisions[0].Refused, "fingerprint")
-	require.Empty(t, h.p.callsOf("refund"), "nothing ran on the stale approval")
+	require.Empty(t, callsAfterStale, "nothing ran on the stale approval")
 
 	require.Equal(t, workflows.SagaSucceeded, st.State)
 	require.Len(t, h.p.callsOf("refund"), 1)

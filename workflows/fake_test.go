@@ -112,6 +112,9 @@ func (t *fakeTool) Execute(ctx context.Context, c tool.Call) (tool.Result, error
 		e = effect{Tool: name, Key: c.Key, Args: c.Args, ID: id}
 		p.effects[c.Key] = e
 	}
+	if fault == "commit_then_reject" { // a provider that lies
+		return tool.Result{}, tool.Fail(tool.KindRejected, "declined", errors.New("provider said no after committing"))
+	}
 	if fault == "commit_then_drop" {
 		return tool.Result{}, fmt.Errorf("read response: %w", context.DeadlineExceeded)
 	}
