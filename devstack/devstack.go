@@ -40,6 +40,9 @@ type Options struct {
 	Ledger string
 	// SandboxURL uses a sandbox that already runs instead of starting one.
 	SandboxURL string
+	// SandboxAddr is where the started sandbox listens; empty picks a free
+	// port on 127.0.0.1.
+	SandboxAddr string
 	// TaskQueue defaults to workflows.TaskQueue.
 	TaskQueue string
 	// NoWorker starts everything but the worker (tests that run the worker
@@ -104,7 +107,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if o.DataDir != "" {
 			sbDir = filepath.Join(dir, "sandbox")
 		}
-		if s.Sandbox, err = sandbox.Start(ctx, sandbox.Options{Dir: sbDir, Logger: log}); err != nil {
+		if s.Sandbox, err = sandbox.Start(ctx, sandbox.Options{Addr: o.SandboxAddr, Dir: sbDir, Logger: log}); err != nil {
 			return nil, fmt.Errorf("start sandbox providers: %w", err)
 		}
 		s.SandboxURL = s.Sandbox.BaseURL()

@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string) error {
 	port := fs.Int("port", 7233, "with --dev: Temporal frontend port")
 	uiPort := fs.Int("ui-port", config.DefaultUIPort, "with --dev: Temporal Web UI port")
 	ledgerDSN := fs.String("ledger", os.Getenv(config.EnvLedger), "ledger: sqlite:PATH or postgres://... (env "+config.EnvLedger+"; default sqlite under --data-dir)")
+	sandboxAddr := fs.String("sandbox-addr", "127.0.0.1:8090", "with --dev: where the sandbox providers listen")
 	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers (env "+config.EnvSandboxURL+"; --dev starts its own)")
 	verbose := fs.Bool("v", false, "log every tool call")
 	if err := fs.Parse(args); err != nil {
@@ -64,7 +65,7 @@ func run(ctx context.Context, args []string) error {
 
 	if *dev {
 		st, err := devstack.Start(ctx, devstack.Options{
-			DataDir: *dataDir, Port: *port, UIPort: *uiPort, Ledger: *ledgerDSN, SandboxURL: *sandboxURL,
+			DataDir: *dataDir, Port: *port, UIPort: *uiPort, Ledger: *ledgerDSN, SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr,
 			TaskQueue: t.TaskQueue, Logger: log,
 		})
 		if err != nil {
