@@ -249,7 +249,7 @@ func TestDataDirSurvivesRestart(t *testing.T) {
 func TestHelperFirstRun(t *testing.T) {
 	dir := os.Getenv(helperEnv)
 	if dir == "" {
-		t.Skip("helper process for TestDataDirSurvivesRestart")
+		t.Skip("skipped because it is only the child process of TestDataDirSurvivesRestart")
 	}
 	s := start(t, devserver.Options{DataDir: dir, UIPort: devserver.NoUI, SearchAttributes: testAttrs, Logger: testLogger(t)})
 	c := dial(t, s)

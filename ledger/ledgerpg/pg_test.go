@@ -58,7 +58,7 @@ func requirePostgres(t testing.TB) {
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg + "; CI=true requires it")
 	}
-	t.Skip(msg)
+	t.Skip(msg) // msg says PostgreSQL is unavailable and how to point at one
 }
 
 func redactDSN(dsn string) string {
