@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
@@ -91,7 +92,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 		return Output{ExternalID: res.ExternalID, Result: redact.JSON(res.Data), Attempt: info.Attempt}, nil
 	}
 
-	executor := fmt.Sprintf("%s/%s#%d", info.WorkflowExecution.ID, info.ActivityID, info.Attempt)
+	executor := executorOf(info)
 	claim, err := a.Ledger.Claim(ctx, a.claimRequest(info, req, spec, executor))
 	if err != nil {
 		return Output{}, retryable(info.Attempt, ErrLedger, "claim %s in the ledger: %v (nothing was called; check the ledger database)", req.Key, err)
@@ -169,10 +170,17 @@ func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spe
 		cr.GuardScope = g.Scope + ":" + entity
 		cr.GuardHold = g.Hold
 		cr.Entity = entity
-		cr.NormalizedArgs = string(canonical(req.Args))
+		if norm, err := plan.Canonical(req.Args); err == nil {
+			cr.NormalizedArgs = string(norm)
+		}
 		cr.DuplicateWindow = g.DuplicateWindow
 	}
 	return cr
+}
+
+// executorOf names the lease holder: one attempt of one activity.
+func executorOf(info activity.Info) string {
+	return fmt.Sprintf("%s/%s#%d", info.WorkflowExecution.ID, info.ActivityID, info.Attempt)
 }
 
 func guardEntity(g *tool.Guard, args json.RawMessage) string {
@@ -183,15 +191,6 @@ func guardEntity(g *tool.Guard, args json.RawMessage) string {
 	}
 	b, _ := json.Marshal(vals)
 	return string(b)
-}
-
-func canonical(args json.RawMessage) []byte {
-	obj, err := tool.DecodeObject(args)
-	if err != nil {
-		return args
-	}
-	b, _ := json.Marshal(obj)
-	return b
 }
 
 func (a *Activities) lookup(ctx context.Context, t tool.Tool, key string) (tool.Lookup, error) {
@@ -235,7 +234,7 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		return tool.Lookup{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
 	spec := t.Spec()
-	executor := fmt.Sprintf("%s/%s#%d", info.WorkflowExecution.ID, info.ActivityID, info.Attempt)
+	executor := executorOf(info)
 	claim, err := a.Ledger.Claim(ctx, a.claimRequest(info, req, spec, executor))
 	if err != nil {
 		return tool.Lookup{}, retryable(info.Attempt, ErrLedger, "claim %s in the ledger for reconcile: %v", req.Key, err)

@@ -2,7 +2,6 @@ package tool
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -170,6 +169,3 @@ func (r *Registry) Reconcile(ctx context.Context, name, key string) (Lookup, err
 	}
 	return rc.Reconcile(ctx, key)
 }
-
-// ErrNotRegistered is returned for calls of a tool this worker lacks.
-var ErrNotRegistered = errors.New("tool not registered on this worker")

@@ -46,7 +46,9 @@ func WithMaxConns(n int) Option { return func(o *options) { o.maxConns = n } }
 
 // Store is a ledger.Store on PostgreSQL.
 type Store struct {
-	s *sqlstore.Store
+	// The shared implementation provides every ledger.Store method and
+	// DB, the underlying database for audit queries.
+	*sqlstore.Store
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -78,7 +80,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("ledgerpg: %w", err)
 	}
-	return &Store{s: sqlstore.New(db, dialect, o.clock)}, nil
+	return &Store{sqlstore.New(db, dialect, o.clock)}, nil
 }
 
 // migrationLock takes a session advisory lock private to the schema the
@@ -113,39 +115,3 @@ var dialect = sqlstore.Dialect{
 		return errors.As(err, &e) && e.Code == "23505"
 	},
 }
-
-// DB returns the underlying database, for audit queries.
-func (s *Store) DB() *sql.DB { return s.s.DB() }
-
-// Claim implements ledger.Store.
-func (s *Store) Claim(ctx context.Context, req ledger.ClaimRequest) (ledger.Claim, error) {
-	return s.s.Claim(ctx, req)
-}
-
-// Complete implements ledger.Store.
-func (s *Store) Complete(ctx context.Context, c ledger.Completion) (ledger.Operation, error) {
-	return s.s.Complete(ctx, c)
-}
-
-// Resolve implements ledger.Store.
-func (s *Store) Resolve(ctx context.Context, r ledger.Resolution) (ledger.Operation, error) {
-	return s.s.Resolve(ctx, r)
-}
-
-// Get implements ledger.Store.
-func (s *Store) Get(ctx context.Context, key string) (ledger.Operation, error) {
-	return s.s.Get(ctx, key)
-}
-
-// Exceptions implements ledger.Store.
-func (s *Store) Exceptions(ctx context.Context, f ledger.ExceptionFilter) ([]ledger.Operation, error) {
-	return s.s.Exceptions(ctx, f)
-}
-
-// Purge implements ledger.Store.
-func (s *Store) Purge(ctx context.Context, completedBefore time.Time) (int, error) {
-	return s.s.Purge(ctx, completedBefore)
-}
-
-// Close closes the connection pool.
-func (s *Store) Close() error { return s.s.Close() }
