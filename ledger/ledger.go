@@ -71,7 +71,58 @@ const (
 	// status needs_human, AttemptCount 0 and HoldReason set, so it is listed
 	// by Exceptions; claiming it again with Approved runs it (Execute).
 	Held Verdict = "held"
+	// NoPermit: the request names a permit that does not exist, belongs to
+	// another key or request hash, or was consumed already. Do not call.
+	NoPermit Verdict = "no_permit"
 )
+
+// Permit is a human's approval of one operation: single-use, bound to the
+// key, the request hash and the policy that asked, consumed by the claim that
+// starts the call.
+type Permit struct {
+	ID          string // the question id the approval answered
+	Key         string
+	RequestHash string
+	Policy      string // the rule that asked, such as "amount_minor > 50000"
+	// Override lets the call through a guard clash or a suspected
+	// duplicate that was shown to the approver.
+	Override   bool
+	By         string
+	GrantedAt  time.Time
+	ConsumedAt time.Time // zero until a claim consumes it
+}
+
+// Transition is a machine change of an operation's state, made by the saga
+// (not by a person): it takes no lease and never touches the resolved_by,
+// resolved_at and resolve_note a human left.
+type Transition struct {
+	Key string
+	// From lists the states the row may be in; another state returns
+	// ErrTransition and changes nothing. Empty means any state.
+	From       []Status
+	Status     Status
+	ExternalID string // kept when empty
+	ErrorCode  string // kept when empty
+}
+
+// DecisionRecord is one entry of the durable audit trail of human decisions
+// (and of decisions refused). Entries are appended, never changed.
+type DecisionRecord struct {
+	ID         int64           `json:"id"`
+	QuestionID string          `json:"question_id"`
+	Key        string          `json:"operation_key"`
+	WorkflowID string          `json:"workflow_id"`
+	Kind       string          `json:"kind"` // approve, reject, resolve, override, expire, refused
+	By         string          `json:"by"`
+	Verified   bool            `json:"verified"` // the identity was checked (signature), not only typed
+	SentAt     time.Time       `json:"sent_at"`
+	AppliedAt  time.Time       `json:"applied_at"`
+	Card       json.RawMessage `json:"card,omitempty"` // what the decider was shown
+	Outcome    string          `json:"outcome,omitempty"`
+	ExternalID string          `json:"external_id,omitempty"`
+	Note       string          `json:"note,omitempty"`
+	Refused    string          `json:"refused,omitempty"` // why the decision was not applied
+}
 
 // ClaimRequest asks to run one operation.
 type ClaimRequest struct {
@@ -92,9 +143,13 @@ type ClaimRequest struct {
 	Entity          string
 	NormalizedArgs  string
 	DuplicateWindow time.Duration
-	// Approved is set when a human approved this exact request hash, so
-	// guards and the duplicate check let it through.
-	Approved bool
+	// PermitID names a single-use approval permit (see Permit) granted by
+	// a human for this key and request hash. The claim that starts the
+	// call consumes it in the same transaction; a missing, stale, foreign
+	// or already consumed permit gives verdict NoPermit and nothing runs.
+	// A permit lets a guard clash or a suspected duplicate through only
+	// when it was granted with Override.
+	PermitID string
 }
 
 // Claim is the answer to a ClaimRequest.
@@ -172,12 +227,28 @@ type Store interface {
 	// Purge removes final operations completed before the cutoff and
 	// returns how many; it never removes one that is not final.
 	Purge(ctx context.Context, completedBefore time.Time) (int, error)
+	// Transition records a machine change of state (see Transition).
+	Transition(ctx context.Context, t Transition) (Operation, error)
+	// GrantPermit stores a single-use approval permit.
+	GrantPermit(ctx context.Context, p Permit) error
+	// InScope lists the operations of a guard scope, any state, newest
+	// first, at most limit of them (for the approval card).
+	InScope(ctx context.Context, scope string, limit int) ([]Operation, error)
+	// RecordDecision appends d to the audit trail and returns its id.
+	RecordDecision(ctx context.Context, d DecisionRecord) (int64, error)
+	// Decisions lists the audit trail of an operation key (and of its
+	// reversal key+":compensate"), oldest first.
+	Decisions(ctx context.Context, key string) ([]DecisionRecord, error)
 	// Close releases the store's connections.
 	Close() error
 }
 
 // ErrNotFound is returned by Get for a key the ledger has never seen.
 var ErrNotFound = errors.New("ledger: operation not found")
+
+// ErrTransition is returned by Transition when the row is in none of the
+// From states.
+var ErrTransition = errors.New("ledger: operation is not in a state this transition starts from")
 
 // ErrLeaseLost is returned by Complete when the executor no longer holds the
 // lease: another executor took over, and it must not overwrite the result.

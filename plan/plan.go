@@ -35,6 +35,10 @@ type Plan struct {
 	Turn int `json:"turn"`
 	// RequestID optionally names the user's request, for the audit trail.
 	RequestID string `json:"request_id,omitempty"`
+	// RequestedBy optionally names the principal who asked for the plan
+	// (an operator name as in the operators file). An approval by the same
+	// principal is refused (four eyes).
+	RequestedBy string `json:"requested_by,omitempty"`
 	// Steps are the tool calls, numbered from 1 in keys and messages.
 	Steps []Step `json:"steps"`
 }
@@ -53,10 +57,11 @@ var sessionPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 // are reported at once.
 func Parse(r io.Reader) (Plan, error) {
 	var raw struct {
-		SessionID string      `json:"session_id"`
-		Turn      json.Number `json:"turn"`
-		RequestID string      `json:"request_id"`
-		Steps     []Step      `json:"steps"`
+		SessionID   string      `json:"session_id"`
+		Turn        json.Number `json:"turn"`
+		RequestID   string      `json:"request_id"`
+		RequestedBy string      `json:"requested_by"`
+		Steps       []Step      `json:"steps"`
 	}
 	data, err := io.ReadAll(r)
 	if err != nil {
@@ -68,7 +73,7 @@ func Parse(r io.Reader) (Plan, error) {
 	if err := d.Decode(&raw); err != nil {
 		return Plan{}, fmt.Errorf("plan is not valid JSON of the plan format (session_id, turn, request_id, steps[]): %w", err)
 	}
-	p := Plan{SessionID: raw.SessionID, RequestID: raw.RequestID, Steps: raw.Steps}
+	p := Plan{SessionID: raw.SessionID, RequestID: raw.RequestID, RequestedBy: raw.RequestedBy, Steps: raw.Steps}
 	if raw.Turn != "" {
 		n, err := strconv.Atoi(raw.Turn.String())
 		if err != nil {

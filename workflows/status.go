@@ -51,17 +51,26 @@ const (
 	SagaFailed             SagaState = "failed"
 )
 
-// ApproveSignal is the payload of signal `approve`. Fingerprint must equal
-// the step's fingerprint (see StepStatus.Fingerprint), so no approval ever
-// covers changed arguments.
+// ApproveSignal is the payload of Update (and signal) `approve`. It answers
+// one open approval question: QuestionID (when given) must be the open
+// question's id, Fingerprint must equal the step's fingerprint (see
+// StepStatus.Fingerprint), so no approval ever covers changed arguments.
+// Override must be set to let a call through a guard clash shown on the
+// card. SentAt and Signature are set by a signing client (see package
+// operators); without an operators file on the worker, By is accepted as
+// typed and recorded as unverified.
 //
-//	{"step": 3, "fingerprint": "9f2c…", "by": "alice", "approved": true, "reason": "customer verified"}
+//	{"step": 3, "question_id": "q-3-approval-1", "fingerprint": "9f2c…", "by": "alice", "approved": true, "reason": "customer verified"}
 type ApproveSignal struct {
-	Step        int    `json:"step"`
-	Fingerprint string `json:"fingerprint"`
-	By          string `json:"by"`
-	Approved    bool   `json:"approved"`
-	Reason      string `json:"reason,omitempty"`
+	Step        int       `json:"step"`
+	QuestionID  string    `json:"question_id,omitempty"`
+	Fingerprint string    `json:"fingerprint"`
+	By          string    `json:"by"`
+	Approved    bool      `json:"approved"`
+	Override    bool      `json:"override,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	SentAt      time.Time `json:"sent_at,omitzero"`
+	Signature   string    `json:"signature,omitempty"`
 }
 
 // Outcome is a human's decision about a step whose truth is unknown.
@@ -77,24 +86,108 @@ const (
 	OutcomeRetry Outcome = "retry"
 )
 
-// ResolveSignal is the payload of signal `resolve`, answering a step in
-// needs_human (or a failed compensation of that step).
+// ResolveSignal is the payload of Update (and signal) `resolve`, answering
+// the open question of a step in needs_human (its outcome, a conflict, or a
+// failed reversal). QuestionID, SentAt and Signature as for ApproveSignal.
 //
-//	{"step": 2, "outcome": "succeeded", "external_id": "msg_81", "by": "bob", "note": "seen in the mail log"}
+//	{"step": 2, "question_id": "q-2-outcome-1", "outcome": "succeeded", "external_id": "msg_81", "by": "bob", "note": "seen in the mail log"}
 type ResolveSignal struct {
-	Step       int     `json:"step"`
-	Outcome    Outcome `json:"outcome"`
-	ExternalID string  `json:"external_id,omitempty"`
-	By         string  `json:"by"`
-	Note       string  `json:"note,omitempty"`
+	Step       int       `json:"step"`
+	QuestionID string    `json:"question_id,omitempty"`
+	Outcome    Outcome   `json:"outcome"`
+	ExternalID string    `json:"external_id,omitempty"`
+	By         string    `json:"by"`
+	Note       string    `json:"note,omitempty"`
+	SentAt     time.Time `json:"sent_at,omitzero"`
+	Signature  string    `json:"signature,omitempty"`
+}
+
+// DecisionResult is what the `approve` and `resolve` Updates return.
+type DecisionResult struct {
+	QuestionID string `json:"question_id"`
+	// Applied is false when the same decision had already been applied
+	// (a double click): nothing happened twice.
+	Applied bool `json:"applied"`
+	// By is the decider as recorded; Verified says the identity was
+	// checked against the operators file.
+	By       string `json:"by"`
+	Verified bool   `json:"verified"`
+	Message  string `json:"message"`
+}
+
+// Question kinds: what a human is asked.
+const (
+	// QuestionApproval: may step N run (approval policy, guard clash or
+	// suspected duplicate)? Answered by `approve`.
+	QuestionApproval = "approval"
+	// QuestionOutcome: what happened to step N (unknown outcome, or a
+	// provider holding a different effect under the key)? Answered by
+	// `resolve`.
+	QuestionOutcome = "outcome"
+	// QuestionReversal: step N's reversal failed; was it reversed by hand,
+	// should it be retried, or does it stay? Answered by `resolve`.
+	QuestionReversal = "reversal"
+)
+
+// Question is one open wait for a human. A decision answers the question
+// open when it arrives, or none.
+type Question struct {
+	ID          string    `json:"id"`
+	Kind        string    `json:"kind"`
+	Step        int       `json:"step"`
+	Key         string    `json:"key"`
+	Fingerprint string    `json:"fingerprint"`
+	OpenedAt    time.Time `json:"opened_at"`
+	// ExpiresAt is when an approval question expires (expired means
+	// rejected and compensated). Zero for questions that stay open.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Answers lists what the decider may answer: approve/reject, or the
+	// resolve outcomes that fit.
+	Answers []string `json:"answers"`
+	Card    Card     `json:"card"`
+}
+
+// Card is the compact approval card: everything a person needs to decide
+// one question, and nothing secret.
+type Card struct {
+	// Change: the tool and its one-line description.
+	Change string `json:"change"`
+	// System: the provider the tool writes to.
+	System string `json:"system,omitempty"`
+	// Object: the business object (the guard entity or a declared subject
+	// field), such as "order_id ord_1001".
+	Object string `json:"object,omitempty"`
+	// Amount rendered from minor units ("1,500.00 EUR"), with the raw
+	// figures beside it.
+	Amount      string `json:"amount,omitempty"`
+	AmountMinor int64  `json:"amount_minor,omitempty"`
+	Currency    string `json:"currency,omitempty"`
+	// Who asked.
+	RequestID   string `json:"request_id,omitempty"`
+	RequestedBy string `json:"requested_by,omitempty"`
+	Session     string `json:"session"`
+	// Rule: which rule asked (approval policy and threshold, guard clash,
+	// unknown outcome and how long reconcile tried).
+	Rule string `json:"rule"`
+	// Clash: a guard clash or suspected duplicate; approving it needs
+	// override.
+	Clash string `json:"clash,omitempty"`
+	// AlreadyRan: other effects on the same object in the ledger, such as
+	// "ord_1002 already refunded 1,500.00 EUR by h-1:1:2:apply_refund".
+	AlreadyRan []string `json:"already_ran,omitempty"`
+	// Key is the operation key the decision is about.
+	Key string `json:"key"`
 }
 
 // Decision is a human decision kept in a step: an approval, a rejection, a
-// resolution, or a signal that was refused and why.
+// resolution, an expiry, or a decision that was refused and why.
 type Decision struct {
-	Kind       string    `json:"kind"` // "approve" or "resolve"
+	Kind       string    `json:"kind"` // "approve", "resolve" or "expire"
+	QuestionID string    `json:"question_id,omitempty"`
 	By         string    `json:"by"`
-	At         time.Time `json:"at"`
+	Verified   bool      `json:"verified,omitempty"`
+	SentAt     time.Time `json:"sent_at,omitzero"`
+	At         time.Time `json:"at"` // when it was applied (or refused)
 	Approved   bool      `json:"approved,omitempty"`
 	Outcome    Outcome   `json:"outcome,omitempty"`
 	ExternalID string    `json:"external_id,omitempty"`
@@ -143,6 +236,8 @@ type Status struct {
 	State           SagaState    `json:"state"`
 	Error           string       `json:"error,omitempty"`
 	Steps           []StepStatus `json:"steps"`
+	// Questions are the open questions, oldest first.
+	Questions []Question `json:"questions,omitempty"`
 }
 
 // NeedsHuman reports whether the plan waits for a person.
