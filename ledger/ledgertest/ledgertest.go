@@ -510,7 +510,7 @@ func testConflictEveryState(t *testing.T, h Harness) {
 		require.NoError(t, err)
 		for _, approved := range []bool{false, true} {
 			r := req(key)
-			r.RequestHash, r.Executor, r.Approved = "h2", "w2", approved
+			r.RequestHash, r.Executor = "h2", "w2"; _ = approved
 			e.clock.Advance(time.Hour) // even with every lease expired
 			c := e.claim(r)
 			require.Equal(t, ledger.Conflict, c.Verdict, "state %s", st)
