@@ -510,7 +510,10 @@ func testConflictEveryState(t *testing.T, h Harness) {
 		require.NoError(t, err)
 		for _, approved := range []bool{false, true} {
 			r := req(key)
-			r.RequestHash, r.Executor = "h2", "w2"; _ = approved
+			r.RequestHash, r.Executor = "h2", "w2"
+			if approved {
+				r.PermitID = "p-test"
+			}
 			e.clock.Advance(time.Hour) // even with every lease expired
 			c := e.claim(r)
 			require.Equal(t, ledger.Conflict, c.Verdict, "state %s", st)
@@ -530,7 +533,7 @@ func testFinalStates(t *testing.T, h Harness) {
 		key := "k-" + string(st)
 		e.reach(key, st)
 		r := req(key)
-		r.Executor, r.Approved = "w2", true // approval is for held calls, not for these
+		r.Executor, r.PermitID = "w2", "p-test" // approval is for held calls, not for these
 		e.clock.Advance(time.Hour)
 		c := e.claim(r)
 		require.Equal(t, ledger.Final, c.Verdict, "state %s", st)
@@ -725,7 +728,7 @@ func testGuardHolds(t *testing.T, h Harness) {
 	// Held again on retry, until a human approves.
 	e.clock.Advance(time.Hour)
 	require.Equal(t, ledger.Held, e.claim(second).Verdict)
-	second.Approved = true
+	second.PermitID = "p-test"
 	c = e.claim(second)
 	require.Equal(t, ledger.Execute, c.Verdict)
 	require.Equal(t, 1, c.Operation.AttemptCount)
@@ -768,7 +771,7 @@ func testDuplicate(t *testing.T, h Harness) {
 
 	// Approved, it runs.
 	approved := dup("s4:1:0:apply_refund")
-	approved.Approved = true
+	approved.PermitID = "p-test"
 	require.Equal(t, ledger.Execute, e.claim(approved).Verdict)
 
 	// Outside the window it is not a duplicate any more.

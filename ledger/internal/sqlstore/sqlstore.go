@@ -153,7 +153,7 @@ func (s *Store) Claim(ctx context.Context, req ledger.ClaimRequest) (ledger.Clai
 	if err := checkClaim(req); err != nil {
 		return ledger.Claim{}, err
 	}
-	checks := req.GuardScope != "" || (req.DuplicateWindow > 0 && !req.Approved)
+	checks := req.GuardScope != "" || (req.DuplicateWindow > 0 && !(req.PermitID != ""))
 	for range maxRounds {
 		now := s.clock()
 		if !checks {
@@ -306,7 +306,7 @@ func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest, now 
 			row.guardKey = req.GuardScope
 		case err != nil:
 			return c, false, fmt.Errorf("ledger claim %q: guard check: %w", req.Key, err)
-		case req.Approved:
+		case (req.PermitID != ""):
 			// A human let this one through: it runs beside the holder
 			// without taking the scope.
 		case req.GuardHold:
@@ -319,7 +319,7 @@ func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest, now 
 				req.GuardScope, other, status)}, true, nil
 		}
 	}
-	if row.status == ledger.InProgress && req.DuplicateWindow > 0 && !req.Approved {
+	if row.status == ledger.InProgress && req.DuplicateWindow > 0 && !(req.PermitID != "") {
 		var other string
 		var created dbTime
 		switch err := tx.QueryRowContext(ctx, s.q.duplicate, req.ActionType, req.Entity, argsHash(req.NormalizedArgs),
@@ -389,7 +389,7 @@ func (s *Store) decide(ctx context.Context, req ledger.ClaimRequest, op ledger.O
 		}
 	case ledger.NeedsHuman:
 		if op.AttemptCount == 0 && op.HoldReason != "" {
-			if req.Approved {
+			if (req.PermitID != "") {
 				return take(ledger.Execute, 1)
 			}
 			return ledger.Claim{Verdict: ledger.Held, Operation: op, Reason: op.HoldReason}, true, nil
