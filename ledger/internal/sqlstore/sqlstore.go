@@ -389,7 +389,7 @@ func (s *Store) decide(ctx context.Context, req ledger.ClaimRequest, op ledger.O
 		}
 	case ledger.NeedsHuman:
 		if op.AttemptCount == 0 && op.HoldReason != "" {
-			if (req.PermitID != "") {
+			if req.PermitID != "" {
 				return take(ledger.Execute, 1)
 			}
 			return ledger.Claim{Verdict: ledger.Held, Operation: op, Reason: op.HoldReason}, true, nil
