@@ -38,9 +38,10 @@ type Request struct {
 	Args        json.RawMessage `json:"args"`
 	Fingerprint string          `json:"fingerprint"`
 	RequestID   string          `json:"request_id,omitempty"`
-	// Approved is set after a human approved this exact fingerprint, so the
-	// ledger's guards and duplicate check let it through.
-	Approved bool `json:"approved,omitempty"`
+	// PermitID names the single-use approval permit a human granted for
+	// this key and fingerprint (see ledger.Permit). The ledger consumes it
+	// with the claim that starts the call.
+	PermitID string `json:"permit_id,omitempty"`
 }
 
 // Output is what a succeeded ExecuteTool returns.
@@ -163,7 +164,7 @@ func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spe
 		RequestID:   req.RequestID,
 		Executor:    executor,
 		Lease:       spec.Timeout + leaseGrace,
-		Approved:    req.Approved,
+		PermitID:    req.PermitID,
 	}
 	if g := spec.Guard; g != nil {
 		entity := guardEntity(g, req.Args)
