@@ -244,3 +244,39 @@ type Status struct {
 func (s Status) NeedsHuman() bool {
 	return s.State == SagaNeedsHuman || s.State == SagaWaitingApproval
 }
+
+// Update names: the same names as the signals, answered synchronously.
+const (
+	// UpdateApprove takes an ApproveSignal and returns a DecisionResult.
+	UpdateApprove = SignalApprove
+	// UpdateResolve takes a ResolveSignal and returns a DecisionResult.
+	UpdateResolve = SignalResolve
+)
+
+// signingPrefix versions the bytes a decision signature covers.
+const signingPrefix = "agentsaga-decision-v1\n"
+
+// SigningBytes returns the bytes an operator's signature of a covers: the
+// workflow ID and every field of the decision except the signature itself,
+// so a signature answers exactly one question of one plan.
+func (a ApproveSignal) SigningBytes(workflowID string) []byte {
+	a.Signature = ""
+	b, _ := json.Marshal(struct {
+		WorkflowID string        `json:"workflow_id"`
+		Kind       string        `json:"kind"`
+		Decision   ApproveSignal `json:"decision"`
+	}{workflowID, SignalApprove, a})
+	return append([]byte(signingPrefix), b...)
+}
+
+// SigningBytes returns the bytes an operator's signature of r covers (see
+// ApproveSignal.SigningBytes).
+func (r ResolveSignal) SigningBytes(workflowID string) []byte {
+	r.Signature = ""
+	b, _ := json.Marshal(struct {
+		WorkflowID string        `json:"workflow_id"`
+		Kind       string        `json:"kind"`
+		Decision   ResolveSignal `json:"decision"`
+	}{workflowID, SignalResolve, r})
+	return append([]byte(signingPrefix), b...)
+}
