@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentsaga/agentsaga/redact"
 )
@@ -198,6 +199,22 @@ type Approval struct {
 	// greater than AboveMinor (for example a refund above 500.00).
 	Field      string
 	AboveMinor int64
+	// Window is how long an approval question stays open; an expired
+	// question counts as rejected and the plan compensates. Zero means
+	// DefaultApprovalWindow.
+	Window time.Duration
+}
+
+// DefaultApprovalWindow is how long an approval waits when the tool does not
+// say.
+const DefaultApprovalWindow = 24 * time.Hour
+
+// Expiry returns the approval window, defaulted.
+func (a *Approval) Expiry() time.Duration {
+	if a == nil || a.Window <= 0 {
+		return DefaultApprovalWindow
+	}
+	return a.Window
 }
 
 // Required reports whether a call with these args must be approved first.

@@ -20,6 +20,9 @@ type Spec struct {
 	Name string
 	// Description is one line for people.
 	Description string
+	// System names the provider the tool acts on (for example "payments"),
+	// shown on approval cards.
+	System string
 	// Class is the side-effect class; it picks the retry policy.
 	Class Class
 	// Args is the schema plans must match.
