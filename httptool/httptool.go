@@ -23,6 +23,10 @@
 //	422 with a key-reuse code (ConflictCodes)             tool.KindConflict     the provider's code
 //	any other 4xx (a business answer)                     tool.KindRejected     provider code or http_4xx
 //
+// A Retry-After header on a 429 or 5xx answer (delay-seconds or an HTTP date)
+// becomes tool.Error.RetryAfter, capped at MaxRetryAfter, so the next attempt
+// waits as long as the provider asked instead of hammering it.
+//
 // A timeout after the request left is UNKNOWN, never FAILED: the provider may
 // have committed. A write error while sending is UNKNOWN as well (some bytes
 // may have left), which is the safe side.
@@ -49,6 +53,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -69,6 +74,11 @@ const CodeIdempotencyMismatch = "idempotency_key_mismatch"
 // Stripe-like API and the integration-key conflict of an accounting system.
 var ConflictCodes = map[string]bool{CodeIdempotencyMismatch: true, "integration_key_conflict": true}
 
+// MaxRetryAfter caps the wait a provider's Retry-After may ask for: a longer
+// outage is the workflow's business (its attempts are bounded), not a reason
+// to park an activity for hours.
+const MaxRetryAfter = 5 * time.Minute
+
 // maxBody bounds how much of a response is read.
 const maxBody = 1 << 20
 
@@ -81,6 +91,9 @@ type Client struct {
 	HTTP *http.Client
 	// Timeout, when positive, bounds one request on top of the context.
 	Timeout time.Duration
+	// Now is the clock Retry-After dates are read against; nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // New returns a Client for baseURL using hc (nil for the default).
@@ -240,7 +253,45 @@ func (c *Client) do(ctx context.Context, req Request) (json.RawMessage, error) {
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return raw, nil
 	}
-	return nil, classify(what, resp.StatusCode, raw)
+	err = classify(what, resp.StatusCode, raw)
+	var te *tool.Error
+	if errors.As(err, &te) && (te.Kind == tool.KindThrottled || te.Kind == tool.KindUnavailable) {
+		now := time.Now
+		if c.Now != nil {
+			now = c.Now
+		}
+		te.RetryAfter = RetryAfter(resp.Header.Get("Retry-After"), now())
+	}
+	return nil, err
+}
+
+// RetryAfter reads a Retry-After header value: delay-seconds ("120") or an
+// HTTP date, read against now. It returns zero for an empty, unreadable,
+// negative or past value, and at most MaxRetryAfter.
+func RetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		if n > int64(MaxRetryAfter/time.Second) {
+			return MaxRetryAfter
+		}
+		d = time.Duration(n) * time.Second
+	} else if at, err := http.ParseTime(v); err == nil {
+		d = at.Sub(now)
+	}
+	switch {
+	case d <= 0:
+		return 0
+	case d > MaxRetryAfter:
+		return MaxRetryAfter
+	}
+	return d
 }
 
 // classify maps a non-2xx answer to a tool error.

@@ -174,3 +174,42 @@ func TestClientTimeoutAfterSendIsUnknown(t *testing.T) {
 		t.Fatalf("kind = %s, want unknown with deadline exceeded: %v", tool.KindOf(err), err)
 	}
 }
+
+func TestRetryAfterOnThrottleAndOutage(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		status int
+		header string
+		want   time.Duration
+	}{
+		{"503 seconds", 503, "120", 2 * time.Minute},
+		{"429 HTTP date", 429, now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{"503 capped", 503, "86400", httptool.MaxRetryAfter},
+		{"429 date capped", 429, now.Add(3 * time.Hour).Format(http.TimeFormat), httptool.MaxRetryAfter},
+		{"503 date in the past", 503, now.Add(-time.Minute).Format(http.TimeFormat), 0},
+		{"503 garbage", 503, "soon", 0},
+		{"503 negative", 503, "-5", 0},
+		{"503 without header", 503, "", 0},
+		{"400 ignores the header", 400, "30", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.header != "" {
+					w.Header().Set("Retry-After", tc.header)
+				}
+				w.WriteHeader(tc.status)
+			}))
+			defer srv.Close()
+			c := httptool.New(srv.URL, nil)
+			c.Now = func() time.Time { return now }
+			err := c.Do(context.Background(), httptool.Request{Path: "/x", Key: "k", Body: map[string]int{"a": 1}}, nil)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			if got := tool.RetryAfterOf(err); got != tc.want {
+				t.Fatalf("RetryAfterOf = %s, want %s (err %v)", got, tc.want, err)
+			}
+		})
+	}
+}

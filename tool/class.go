@@ -61,13 +61,19 @@ func (p RetryPolicy) Validate() error {
 		return fmt.Errorf("initial_interval is %s: set a positive duration", p.InitialInterval)
 	case p.BackoffCoefficient < 1:
 		return fmt.Errorf("backoff_coefficient is %g: set 1 or more", p.BackoffCoefficient)
+	case p.MaximumInterval != 0 && p.MaximumInterval < p.InitialInterval:
+		return fmt.Errorf("maximum_interval %s is below initial_interval %s: raise it or leave it zero (100 times the initial interval)", p.MaximumInterval, p.InitialInterval)
 	}
 	return nil
 }
 
 // DefaultRetry returns the class's default retry policy (DESIGN.md):
-// READ 3 attempts from 200 ms doubling; writes 2 attempts from 500 ms
-// doubling. Which failures are retried is decided per class by Retryable.
+// READ 3 attempts from 200 ms doubling up to 5 s; writes 2 attempts from
+// 500 ms doubling up to 10 s. Every class is bounded in attempts and in the
+// wait between them, so a persistent outage ends in a decision, not a loop;
+// a provider's Retry-After may lengthen one wait (capped by
+// httptool.MaxRetryAfter), never add attempts. Which failures are retried is
+// decided per class by Retryable.
 func DefaultRetry(c Class) RetryPolicy {
 	if c == Read {
 		return RetryPolicy{MaxAttempts: 3, InitialInterval: 200 * time.Millisecond, BackoffCoefficient: 2, MaximumInterval: 5 * time.Second}

@@ -3,6 +3,7 @@ package tool
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Kind says what is known about a failed call: whether the request left, and
@@ -40,6 +41,10 @@ type Error struct {
 	Code string
 	// Err is the underlying cause.
 	Err error
+	// RetryAfter is how long the provider asked to wait before the next
+	// attempt (an HTTP Retry-After), zero when it did not say. Activities
+	// turn it into the next retry's delay for retryable kinds.
+	RetryAfter time.Duration
 }
 
 // Error implements error.
@@ -74,4 +79,14 @@ func CodeOf(err error) string {
 		return te.Code
 	}
 	return ""
+}
+
+// RetryAfterOf returns the wait the provider asked for in the first *Error of
+// err's chain, or zero.
+func RetryAfterOf(err error) time.Duration {
+	var te *Error
+	if errors.As(err, &te) {
+		return te.RetryAfter
+	}
+	return 0
 }

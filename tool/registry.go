@@ -116,6 +116,17 @@ func (r *Registry) check(t Tool) []string {
 				add("guard field %q is not a declared argument", f)
 			}
 		}
+		if !g.Form.Valid() {
+			add("guard form %q is unknown: use %q, %q or %q", g.Form, FoldedEntity, CasedEntity, ExactEntity)
+		}
+	}
+	for _, m := range s.Match {
+		if m.Result == "" {
+			add("match field for arg %q names no result field", m.Arg)
+		}
+		if _, ok := s.Args.Field(m.Arg); !ok {
+			add("match arg %q is not a declared argument", m.Arg)
+		}
 	}
 	return p
 }

@@ -48,6 +48,13 @@ type Spec struct {
 	// Guard, when set, limits active effects per business entity across
 	// plans, sessions and agents (enforced by the ledger).
 	Guard *Guard
+	// Match declares how an effect the provider holds under this call's key
+	// is checked against the call's args before it is adopted (reconcile,
+	// or a provider answering with an existing effect): every listed arg
+	// must equal the named field of the provider's answer. A tool can
+	// implement Matcher instead. Without either, a found effect is adopted
+	// unchecked.
+	Match []MatchField
 }
 
 // Compensable reports whether a succeeded call can be reversed.
@@ -85,6 +92,10 @@ type Guard struct {
 	// tool on the same entity with equal normalized args made inside this
 	// window by another plan (a suspected duplicate).
 	DuplicateWindow time.Duration
+	// Form is how the entity values are normalised before they name the
+	// scope; the zero value is FoldedEntity, so "o-16 " and "O-16" are one
+	// order. See EntityForm.
+	Form EntityForm
 }
 
 // Call is one attempt of a tool call.
@@ -125,12 +136,20 @@ const (
 	Absent LookupStatus = "absent"
 	// Unknown: the provider could not say (lookup down, index lagging).
 	Unknown LookupStatus = "unknown"
+	// Mismatch: the provider holds an effect under this key that was made
+	// with OTHER arguments (the key was reused, for example after a ledger
+	// purge). It is not this call's effect: never adopt it, never reverse
+	// it; a human decides. Lookup.Result holds the effect found.
+	Mismatch LookupStatus = "mismatch"
 )
 
 // Lookup is the answer of a Reconcile.
 type Lookup struct {
 	Status LookupStatus `json:"status"`
 	Result Result       `json:"result,omitempty"`
+	// Differences, for Mismatch, names what differs between the call's
+	// args and the effect found, for people.
+	Differences []string `json:"differences,omitempty"`
 	// Authoritative is true when an Absent answer is final: the provider
 	// guarantees that a committed effect would have been found. An Absent
 	// that is not authoritative (a lagging search index) is treated as
