@@ -150,6 +150,10 @@ type ClaimRequest struct {
 	// A permit lets a guard clash or a suspected duplicate through only
 	// when it was granted with Override.
 	PermitID string
+	// Summary is one line for people, nothing secret: tool, object and
+	// amount ("apply_refund order_id ord_1001 129.00 EUR"). Shown on other
+	// plans' approval cards.
+	Summary string
 }
 
 // Claim is the answer to a ClaimRequest.
@@ -176,6 +180,7 @@ type Operation struct {
 	RequestID    string          `json:"request_id,omitempty"`
 	GuardScope   string          `json:"guard_scope,omitempty"`
 	HoldReason   string          `json:"hold_reason,omitempty"`
+	Summary      string          `json:"summary,omitempty"`
 	ResolvedBy   string          `json:"resolved_by,omitempty"`
 	ResolvedAt   time.Time       `json:"resolved_at,omitzero"`
 	ResolveNote  string          `json:"resolve_note,omitempty"`
