@@ -10,21 +10,36 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
 // Activity names, as registered on the worker.
 const (
-	ExecuteToolName   = "ExecuteTool"
-	ReconcileToolName = "ReconcileTool"
-	RecordName        = "RecordOutcome"
+	ExecuteToolName    = "ExecuteTool"
+	ReconcileToolName  = "ReconcileTool"
+	RecordName         = "RecordOutcome"
+	CheckGuardName     = "CheckGuard"
+	GrantPermitName    = "GrantPermit"
+	RecordDecisionName = "RecordDecision"
+	LookupToolName     = "LookupTool"
+)
+
+// Error codes the activities record in the ledger.
+const (
+	// CodeReconcileMismatch: a lookup by key found an effect made with
+	// other arguments; the row waits for a human (needs_human).
+	CodeReconcileMismatch = "reconcile_mismatch"
+	// CodeEffectMismatch: the provider answered a call with an existing
+	// effect made with other arguments (an upsert by key); the row waits
+	// for a human (needs_human).
+	CodeEffectMismatch = "effect_mismatch"
 )
 
 // leaseGrace is added to a tool's timeout to make the ledger lease: the lease
@@ -84,6 +99,12 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	call := tool.Call{Key: req.Key, Args: req.Args, Attempt: info.Attempt}
 	log := a.log().With("key", req.Key, "tool", req.Tool, "attempt", info.Attempt)
 
+	if spec.Approval.Required(req.Args) && req.PermitID == "" {
+		// Defense in depth: the workflow asks first; a call that needs a
+		// human's approval never runs without the permit that proves it.
+		return Output{}, final(info.Attempt, ErrNoPermit, "key %s: %s needs a human's approval for these arguments and the request carries no permit; the tool was not called: approve the step first", req.Key, req.Tool)
+	}
+
 	if !spec.Class.IsWrite() {
 		res, err := t.Execute(ctx, call)
 		if err != nil {
@@ -93,13 +114,16 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 		return Output{ExternalID: res.ExternalID, Result: redact.JSON(res.Data), Attempt: info.Attempt}, nil
 	}
 
-	executor := executorOf(info)
-	claim, err := a.Ledger.Claim(ctx, a.claimRequest(info, req, spec, executor))
+	executor := executorOf(info, req.Key)
+	cr := a.claimRequest(info, req, spec, executor)
+	cr.PermitID = req.PermitID
+	claim, err := a.Ledger.Claim(ctx, cr)
 	if err != nil {
 		return Output{}, retryable(info.Attempt, ErrLedger, "claim %s in the ledger: %v (nothing was called; check the ledger database)", req.Key, err)
 	}
 	op := claim.Operation
 	switch claim.Verdict {
+	case ledger.Execute:
 	case ledger.Replay:
 		log.Info("replayed from ledger", "external_id", op.ExternalID)
 		return Output{ExternalID: op.ExternalID, Result: op.Result, Replayed: true, Attempt: info.Attempt}, nil
@@ -113,9 +137,15 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 		return Output{}, final(info.Attempt, ErrGuardRefused, "key %s refused by guard: %s", req.Key, claim.Reason)
 	case ledger.Held:
 		return Output{}, final(info.Attempt, ErrHeld, "key %s held for approval: %s", req.Key, claim.Reason)
+	case ledger.NoPermit:
+		return Output{}, final(info.Attempt, ErrNoPermit, "key %s: the ledger refused permit %q (missing, for another key or request, or used already): %s; the tool was not called", req.Key, req.PermitID, claim.Reason)
 	case ledger.ReconcileFirst:
-		look, err := a.lookup(ctx, t, req.Key)
+		look, err := a.lookup(ctx, t, req)
 		switch {
+		case err == nil && look.Status == tool.Mismatch:
+			log.Warn("reconcile found an effect made with other arguments", "external_id", look.Result.ExternalID, "differences", look.Differences)
+			a.completeQuietly(ctx, req, executor, ledger.NeedsHuman, CodeReconcileMismatch)
+			return Output{}, final(info.Attempt, ErrConflict, "key %s: the provider holds effect %s under this key, made with other arguments (%s); it is not this step's effect and was not adopted, nothing was sent: a human must decide", req.Key, look.Result.ExternalID, strings.Join(look.Differences, "; "))
 		case err == nil && look.Status == tool.Found:
 			log.Info("reconciled: provider has the effect", "external_id", look.Result.ExternalID)
 			return a.complete(ctx, req, executor, ledger.Succeeded, look.Result, "", Output{Reconciled: true, Attempt: info.Attempt})
@@ -129,10 +159,19 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 			a.completeQuietly(ctx, req, executor, ledger.Unknown, "reconcile_unknown")
 			return Output{}, final(info.Attempt, ErrUnknown, "key %s: an earlier attempt may have reached the provider and reconcile could not tell (%s)", req.Key, cause)
 		}
+	default:
+		return Output{}, final(info.Attempt, ErrLedger, "key %s: the ledger gave verdict %q, which this worker does not know; the tool was not called: upgrade the worker", req.Key, claim.Verdict)
 	}
 
 	res, err := t.Execute(ctx, call)
 	if err == nil {
+		if diff := tool.Differences(t, req.Args, res); len(diff) > 0 {
+			// An upsert by key answered with an effect someone made with
+			// other arguments: it is not this step's effect.
+			log.Warn("provider answered with an effect made with other arguments", "external_id", res.ExternalID, "differences", diff)
+			a.completeQuietly(ctx, req, executor, ledger.NeedsHuman, CodeEffectMismatch)
+			return Output{}, final(info.Attempt, ErrConflict, "key %s: the provider answered with effect %s, made under this key with other arguments (%s); it is not this step's effect and was not adopted: a human must decide", req.Key, res.ExternalID, strings.Join(diff, "; "))
+		}
 		return a.complete(ctx, req, executor, ledger.Succeeded, res, "", Output{Attempt: info.Attempt})
 	}
 	kind := tool.KindOf(err)
@@ -154,6 +193,8 @@ func ledgerStatus(k tool.Kind) ledger.Status {
 	return ledger.Unknown
 }
 
+// claimRequest is the ledger claim of req. It carries no permit: only
+// ExecuteTool, which may call the provider, presents one.
 func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spec, executor string) ledger.ClaimRequest {
 	cr := ledger.ClaimRequest{
 		Key:         req.Key,
@@ -164,56 +205,82 @@ func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spe
 		RequestID:   req.RequestID,
 		Executor:    executor,
 		Lease:       spec.Timeout + leaseGrace,
-		PermitID:    req.PermitID,
 	}
 	if g := spec.Guard; g != nil {
-		entity := guardEntity(g, req.Args)
-		cr.GuardScope = g.Scope + ":" + entity
+		cr.GuardScope = g.ScopeKey(req.Args)
 		cr.GuardHold = g.Hold
-		cr.Entity = entity
-		if norm, err := plan.Canonical(req.Args); err == nil {
-			cr.NormalizedArgs = string(norm)
+		cr.Entity = g.Entity(req.Args)
+		if norm := g.NormalizeArgs(req.Args); norm != nil {
+			if b, err := json.Marshal(norm); err == nil { // map keys sorted: canonical
+				cr.NormalizedArgs = string(b)
+			}
 		}
 		cr.DuplicateWindow = g.DuplicateWindow
 	}
 	return cr
 }
 
-// executorOf names the lease holder: one attempt of one activity.
-func executorOf(info activity.Info) string {
-	return fmt.Sprintf("%s/%s#%d", info.WorkflowExecution.ID, info.ActivityID, info.Attempt)
+// executorOf names the lease holder: the operation key within one workflow,
+// the same on every attempt and every run. An attempt whose predecessor died
+// or failed to record its outcome (its lease still live) is then the same
+// executor to the ledger, which answers ReconcileFirst instead of InFlight:
+// it looks the effect up by key instead of waiting out a lease nobody will
+// release. The key is the activity id the workflow schedules tool calls
+// under, so this names the activity without depending on the attempt.
+func executorOf(info activity.Info, key string) string {
+	return info.WorkflowExecution.ID + "/" + key
 }
 
-func guardEntity(g *tool.Guard, args json.RawMessage) string {
-	obj, _ := tool.DecodeObject(args)
-	vals := make([]any, len(g.Fields))
-	for i, f := range g.Fields {
-		vals[i] = obj[f]
-	}
-	b, _ := json.Marshal(vals)
-	return string(b)
-}
-
-func (a *Activities) lookup(ctx context.Context, t tool.Tool, key string) (tool.Lookup, error) {
+// lookup asks the provider what it holds under req.Key and checks a found
+// effect against req's args: one made with other arguments is Mismatch,
+// never Found.
+func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool.Lookup, error) {
 	rc, ok := t.(tool.Reconciler)
 	if !ok {
 		return tool.Lookup{Status: tool.Unknown}, nil
 	}
-	return rc.Reconcile(ctx, key)
+	look, err := rc.Reconcile(ctx, req.Key)
+	if err != nil {
+		return look, err
+	}
+	if look.Status == tool.Found {
+		if diff := tool.Differences(t, req.Args, look.Result); len(diff) > 0 {
+			look.Status, look.Differences, look.Authoritative = tool.Mismatch, diff, true
+		}
+	}
+	return look, nil
 }
 
+// complete records what the provider did. The effect exists at the provider
+// by now, so a ledger write that fails is retried at once without the result
+// and error code (the parts a database may refuse, such as a NUL byte); if
+// that fails too, the activity fails retryably naming the external id, and
+// its next attempt (the same executor, see executorOf) reconciles by key
+// instead of calling again.
 func (a *Activities) complete(ctx context.Context, req Request, executor string, st ledger.Status, res tool.Result, code string, out Output) (Output, error) {
+	result := redact.JSON(res.Data)
 	op, err := a.Ledger.Complete(ctx, ledger.Completion{
 		Key: req.Key, Executor: executor, Status: st,
-		ExternalID: res.ExternalID, Result: redact.JSON(res.Data), ErrorCode: code,
+		ExternalID: res.ExternalID, Result: result, ErrorCode: code,
 	})
 	if err != nil {
-		// The effect exists at the provider; the next attempt reconciles
-		// and finds it, so nothing is sent twice.
-		return Output{}, retryable(out.Attempt, ErrLedger, "record %s as %s in the ledger: %v (the next attempt reconciles before calling)", req.Key, st, err)
+		a.log().Warn("ledger complete failed; retrying without the result", "key", req.Key, "status", st, "external_id", res.ExternalID, "err", err)
+		var err2 error
+		op, err2 = a.Ledger.Complete(ctx, ledger.Completion{Key: req.Key, Executor: executor, Status: st, ExternalID: res.ExternalID})
+		if err2 != nil {
+			return Output{}, retryable(out.Attempt, ErrLedger,
+				"the provider's effect for %s exists (external id %q) but recording it as %s in the ledger failed: %v; without the result: %v. The next attempt reconciles by key before calling; if the ledger stays down, resolve %s as %s with external id %q",
+				req.Key, res.ExternalID, st, err, err2, req.Key, st, res.ExternalID)
+		}
 	}
 	out.ExternalID = op.ExternalID
+	if out.ExternalID == "" {
+		out.ExternalID = res.ExternalID
+	}
 	out.Result = op.Result
+	if len(out.Result) == 0 {
+		out.Result = result
+	}
 	return out, nil
 }
 
@@ -226,8 +293,10 @@ func (a *Activities) completeQuietly(ctx context.Context, req Request, executor 
 
 // ReconcileTool asks the provider what happened under req.Key and records
 // the answer in the ledger: found → succeeded; authoritative absent →
-// pending, so the next ExecuteTool may call again; otherwise unknown. It
-// never calls the tool's Execute.
+// pending, so the next ExecuteTool may call again; an effect made with other
+// arguments → Mismatch, recorded needs_human with error code
+// reconcile_mismatch and never adopted; otherwise unknown. It never calls
+// the tool's Execute.
 func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Lookup, error) {
 	info := activity.GetInfo(ctx)
 	t, ok := a.Tools.Tool(req.Tool)
@@ -235,7 +304,7 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		return tool.Lookup{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
 	spec := t.Spec()
-	executor := executorOf(info)
+	executor := executorOf(info, req.Key)
 	claim, err := a.Ledger.Claim(ctx, a.claimRequest(info, req, spec, executor))
 	if err != nil {
 		return tool.Lookup{}, retryable(info.Attempt, ErrLedger, "claim %s in the ledger for reconcile: %v", req.Key, err)
@@ -246,10 +315,18 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 	case ledger.Execute, ledger.ReconcileFirst:
 	case ledger.Final:
 		// A step the ledger calls failed: ask the provider anyway (was it
-		// really not done?) and let the workflow record what it learns.
-		look, err := a.lookup(ctx, t, req.Key)
+		// really not done?) and let the workflow record what it learns. An
+		// effect made with other arguments is someone else's: the failed
+		// row goes to a human instead.
+		look, err := a.lookup(ctx, t, req)
 		if err != nil {
 			return tool.Lookup{Status: tool.Unknown}, nil
+		}
+		if look.Status == tool.Mismatch && claim.Operation.Status == ledger.FailedFinal {
+			if _, terr := a.Ledger.Transition(ctx, ledger.Transition{Key: req.Key, From: []ledger.Status{ledger.FailedFinal},
+				Status: ledger.NeedsHuman, ErrorCode: CodeReconcileMismatch}); terr != nil {
+				a.log().Warn("ledger transition to needs_human failed", "key", req.Key, "err", terr)
+			}
 		}
 		look.Result.Data = redact.JSON(look.Result.Data)
 		return look, nil
@@ -258,46 +335,189 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		// here now.
 		return tool.Lookup{Status: tool.Unknown}, nil
 	}
-	look, lerr := a.lookup(ctx, t, req.Key)
-	st := ledger.Unknown
+	look, lerr := a.lookup(ctx, t, req)
+	st, code := ledger.Unknown, ""
 	switch {
 	case lerr != nil:
 		look = tool.Lookup{Status: tool.Unknown}
 	case look.Status == tool.Found:
 		st = ledger.Succeeded
+	case look.Status == tool.Mismatch:
+		st, code = ledger.NeedsHuman, CodeReconcileMismatch
 	case look.Status == tool.Absent && look.Authoritative:
 		st = ledger.Pending
 	}
 	if st == ledger.Succeeded {
-		if _, err := a.complete(ctx, req, executor, st, look.Result, "", Output{}); err != nil {
+		if _, err := a.complete(ctx, req, executor, st, look.Result, "", Output{Attempt: info.Attempt}); err != nil {
 			return tool.Lookup{}, err
 		}
 		look.Result.Data = redact.JSON(look.Result.Data)
 		return look, nil
 	}
-	a.completeQuietly(ctx, req, executor, st, "reconcile_"+string(look.Status))
+	if code == "" {
+		code = "reconcile_" + string(look.Status)
+	}
+	a.completeQuietly(ctx, req, executor, st, code)
+	look.Result.Data = redact.JSON(look.Result.Data)
 	return look, nil
 }
 
+// LookupTool asks the provider what it holds under req.Key, read-only: no
+// ledger read or write, no Execute. A found effect made with other arguments
+// is Mismatch. It verifies a human's "succeeded --external-id X" before the
+// workflow believes it. A provider that cannot answer gives Unknown.
+func (a *Activities) LookupTool(ctx context.Context, req Request) (tool.Lookup, error) {
+	info := activity.GetInfo(ctx)
+	t, ok := a.Tools.Tool(req.Tool)
+	if !ok {
+		return tool.Lookup{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
+	}
+	look, err := a.lookup(ctx, t, req)
+	if err != nil {
+		a.log().Info("lookup failed", "key", req.Key, "tool", req.Tool, "err", err)
+		return tool.Lookup{Status: tool.Unknown}, nil
+	}
+	look.Result.Data = redact.JSON(look.Result.Data)
+	return look, nil
+}
+
+// GuardReport is what the ledger knows about a call's guard scope, for an
+// approval card: who else acts on the same entity.
+type GuardReport struct {
+	// Scope is the guard scope key, such as `refund-per-order:["o-16"]`;
+	// empty when the tool has no guard.
+	Scope string `json:"scope,omitempty"`
+	// Entity is the normalised entity, such as `["o-16"]`.
+	Entity string `json:"entity,omitempty"`
+	// Clash is empty when no other active operation holds the scope; else
+	// a sentence naming the holder's key and state.
+	Clash string `json:"clash,omitempty"`
+	// Others are the other operations of the scope, any state, newest
+	// first, at most 10 (the request's own key excluded).
+	Others []ledger.Operation `json:"others,omitempty"`
+}
+
+// maxOthers is how many other operations a GuardReport lists.
+const maxOthers = 10
+
+// CheckGuard reports the guard scope of req and who else is in it. It is
+// read-only. A tool without a guard gives an empty report.
+func (a *Activities) CheckGuard(ctx context.Context, req Request) (GuardReport, error) {
+	info := activity.GetInfo(ctx)
+	t, ok := a.Tools.Tool(req.Tool)
+	if !ok {
+		return GuardReport{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
+	}
+	g := t.Spec().Guard
+	if g == nil {
+		return GuardReport{}, nil
+	}
+	rep := GuardReport{Scope: g.ScopeKey(req.Args), Entity: g.Entity(req.Args)}
+	// Ask for more than are listed, so an older holder is still seen.
+	ops, err := a.Ledger.InScope(ctx, rep.Scope, 5*maxOthers)
+	if err != nil {
+		return GuardReport{}, retryable(info.Attempt, ErrLedger, "list guard scope %s in the ledger: %v (check the ledger database)", rep.Scope, err)
+	}
+	for _, op := range ops {
+		if op.Key == req.Key {
+			continue
+		}
+		if rep.Clash == "" && holdsScope(op) {
+			rep.Clash = fmt.Sprintf("operation %s (%s, workflow %s) holds guard %s", op.Key, op.Status, op.WorkflowID, rep.Scope)
+		}
+		if len(rep.Others) < maxOthers {
+			rep.Others = append(rep.Others, op)
+		}
+	}
+	return rep, nil
+}
+
+// holdsScope mirrors the ledger's rule of an operation that counts for its
+// guard: not ended for good, and not itself only held for approval.
+func holdsScope(op ledger.Operation) bool {
+	switch op.Status {
+	case ledger.FailedFinal, ledger.Compensated:
+		return false
+	case ledger.NeedsHuman:
+		return op.AttemptCount > 0 || op.HoldReason == ""
+	}
+	return true
+}
+
+// GrantPermit stores a human's single-use approval permit in the ledger.
+func (a *Activities) GrantPermit(ctx context.Context, p ledger.Permit) error {
+	if p.ID == "" || p.Key == "" || p.RequestHash == "" {
+		return refused("grant permit %q: set ID, Key and RequestHash (key %q); the permit was not stored", p.ID, p.Key)
+	}
+	if err := a.Ledger.GrantPermit(ctx, p); err != nil {
+		return fmt.Errorf("grant permit %s for %s in the ledger: %w (retried; check the ledger database)", p.ID, p.Key, err)
+	}
+	return nil
+}
+
+// RecordDecision appends d to the ledger's audit trail and returns its id.
+func (a *Activities) RecordDecision(ctx context.Context, d ledger.DecisionRecord) (int64, error) {
+	if d.Kind == "" {
+		return 0, refused("record decision for %s: set Kind (approve, reject, resolve, override, expire, refused)", d.Key)
+	}
+	id, err := a.Ledger.RecordDecision(ctx, d)
+	if err != nil {
+		return 0, fmt.Errorf("record %s decision on %s in the ledger: %w (retried; check the ledger database)", d.Kind, d.Key, err)
+	}
+	return id, nil
+}
+
 // Record is a decision written to the ledger outside a tool call: a human's
-// resolution, or the saga marking a reversed step compensated.
+// resolution, or the saga's own change of state (Machine).
 type Record struct {
 	Key        string        `json:"key"`
 	Status     ledger.Status `json:"status"`
 	ExternalID string        `json:"external_id,omitempty"`
 	By         string        `json:"by"`
 	Note       string        `json:"note,omitempty"`
+	// Machine marks a change the saga makes itself (marking a reversed
+	// step compensated): it is a ledger Transition, which leaves the
+	// resolved_by of any human decision alone. Otherwise the record is a
+	// human's decision (ledger Resolve).
+	Machine bool `json:"machine,omitempty"`
+	// From, for Machine, lists the states the row may be in; another state
+	// refuses the record (RecordRefused). Empty means any state.
+	From []ledger.Status `json:"from,omitempty"`
+	// ErrorCode, for Machine, is recorded when not empty.
+	ErrorCode string `json:"error_code,omitempty"`
 }
 
 // RecordOutcome writes r to the ledger, so the ledger and the workflow agree
-// on every final state. A key the ledger never saw (a read) is skipped.
+// on every final state. A key the ledger never saw (a read) is skipped. A
+// record the ledger can never accept (an unknown status, a row in none of
+// From) fails with the non-retryable ErrRecordRefused, so the workflow is
+// told instead of retrying forever; a ledger that cannot be reached is
+// retried.
 func (a *Activities) RecordOutcome(ctx context.Context, r Record) error {
-	_, err := a.Ledger.Resolve(ctx, ledger.Resolution{Key: r.Key, Status: r.Status, ExternalID: r.ExternalID, By: r.By, Note: r.Note})
-	if errors.Is(err, ledger.ErrNotFound) {
+	if !validStatus(r.Status) {
+		return refused("record %s as %q: not a ledger status (pending, succeeded, failed_final, unknown, needs_human, compensating, compensated, compensation_failed)", r.Key, r.Status)
+	}
+	var err error
+	if r.Machine {
+		_, err = a.Ledger.Transition(ctx, ledger.Transition{Key: r.Key, From: r.From, Status: r.Status, ExternalID: r.ExternalID, ErrorCode: r.ErrorCode})
+	} else {
+		_, err = a.Ledger.Resolve(ctx, ledger.Resolution{Key: r.Key, Status: r.Status, ExternalID: r.ExternalID, By: r.By, Note: r.Note})
+	}
+	switch {
+	case err == nil, errors.Is(err, ledger.ErrNotFound):
 		return nil
+	case errors.Is(err, ledger.ErrTransition):
+		return refused("record %s as %s: %v (the row is not in %v); nothing changed: look at the row with the ledger tools", r.Key, r.Status, err, r.From)
 	}
-	if err != nil {
-		return fmt.Errorf("record %s as %s in the ledger: %w", r.Key, r.Status, err)
+	return fmt.Errorf("record %s as %s in the ledger: %w (retried; check the ledger database)", r.Key, r.Status, err)
+}
+
+// validStatus reports whether st is a state a record may set.
+func validStatus(st ledger.Status) bool {
+	switch st {
+	case ledger.Pending, ledger.Succeeded, ledger.FailedFinal, ledger.Unknown, ledger.NeedsHuman,
+		ledger.Compensating, ledger.Compensated, ledger.CompensationFailed:
+		return true
 	}
-	return nil
+	return false
 }

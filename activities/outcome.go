@@ -3,6 +3,7 @@ package activities
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -30,8 +31,16 @@ const (
 	ErrAlreadyFinal = "AlreadyFinal"
 	// ErrNotRegistered: this worker has no such tool.
 	ErrNotRegistered = "ToolNotRegistered"
-	// ErrLedger: the ledger could not be reached; nothing was called.
+	// ErrLedger: the ledger could not be reached or could not record; the
+	// message says whether the provider was called (and the external id).
 	ErrLedger = "LedgerUnavailable"
+	// ErrNoPermit: the call needs a human's approval and carries no valid
+	// permit (none, or one the ledger refused). Final; the tool was not
+	// called.
+	ErrNoPermit = "ApprovalPermitMissing"
+	// ErrRecordRefused: the ledger can never accept this record (an
+	// unknown status, a row in none of the From states). Final.
+	ErrRecordRefused = "RecordRefused"
 )
 
 // Classify turns a tool's error into the activity's error. This is where a
@@ -50,11 +59,20 @@ func Classify(class tool.Class, attempt int32, err error) error {
 	case tool.KindConflict:
 		typ = ErrConflict
 	}
-	return temporal.NewApplicationErrorWithOptions(err.Error(), typ, temporal.ApplicationErrorOptions{
-		NonRetryable: !tool.Retryable(class, kind),
+	retry := tool.Retryable(class, kind)
+	wait := tool.RetryAfterOf(err)
+	opts := temporal.ApplicationErrorOptions{
+		NonRetryable: !retry,
 		Cause:        err,
-		Details:      []any{Detail{Code: tool.CodeOf(err), Attempt: attempt}},
-	})
+		Details:      []any{Detail{Code: tool.CodeOf(err), Attempt: attempt, RetryAfter: wait}},
+	}
+	if retry && wait > 0 {
+		// The provider said when to come back (Retry-After): the next
+		// attempt waits that long instead of the backoff. Attempts stay
+		// bounded by the tool's retry policy.
+		opts.NextRetryDelay = wait
+	}
+	return temporal.NewApplicationErrorWithOptions(err.Error(), typ, opts)
 }
 
 // IsUnknown reports whether a failed tool call of a write has an UNKNOWN
@@ -74,7 +92,7 @@ func IsUnknown(err error) bool {
 		return true // a failure we cannot explain is never a proven failure
 	}
 	switch ae.Type() {
-	case ErrRejected, ErrConflict, ErrHeld, ErrGuardRefused, ErrAlreadyFinal, ErrNotRegistered, string(tool.KindNotSent):
+	case ErrRejected, ErrConflict, ErrHeld, ErrGuardRefused, ErrAlreadyFinal, ErrNotRegistered, ErrNoPermit, ErrRecordRefused, string(tool.KindNotSent):
 		return false
 	}
 	return true
@@ -89,11 +107,14 @@ func ErrorType(err error) string {
 	return ""
 }
 
-// Detail rides on every ExecuteTool error: the provider's code and the
-// attempt that failed.
+// Detail rides on every ExecuteTool error: the provider's code, the attempt
+// that failed and how long the provider asked to wait before the next one.
 type Detail struct {
 	Code    string `json:"code,omitempty"`
 	Attempt int32  `json:"attempt"`
+	// RetryAfter is the provider's Retry-After (capped), zero when it did
+	// not say; the workflow may honour it between its own attempts too.
+	RetryAfter time.Duration `json:"retry_after,omitempty"`
 }
 
 // DetailOf returns the Detail carried by err, or a zero Detail.
@@ -116,4 +137,10 @@ func retryable(attempt int32, typ, format string, args ...any) error {
 	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), typ, temporal.ApplicationErrorOptions{
 		Details: []any{Detail{Attempt: attempt}},
 	})
+}
+
+// refused is the non-retryable ErrRecordRefused: a bookkeeping write the
+// ledger can never accept, so retrying it would wedge the workflow.
+func refused(format string, args ...any) error {
+	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), ErrRecordRefused, temporal.ApplicationErrorOptions{NonRetryable: true})
 }
