@@ -13,6 +13,9 @@
 //	storno_invoice  create_invoice  POST /accounting/v1/invoices/{id}/storno      CONDITIONAL_WRITE
 //	close_ticket    create_ticket   POST /crm/v1/tickets/{id}/close               CONDITIONAL_WRITE
 //
+// A reversal found by its key must name the original_external_id the call
+// names (Spec.Match): one that reverses another effect is tool.Mismatch.
+//
 // When the Reversal carries no original_external_id, the compensator looks
 // the original up by original_key first; if the provider has no such effect
 // the compensation is refused (KindRejected, original_not_found) for a human
@@ -70,7 +73,7 @@ func New(cfg Config) []tool.Tool {
 			},
 			find:     func(k string) string { return "/v1/documents?integration_key=" + url.QueryEscape(k) },
 			original: func(k string) string { return "/v1/documents?integration_key=" + url.QueryEscape(k) }},
-		&reversal{name: CloseTicket, undoes: "create_ticket", class: tool.ConditionalWrite, c: httptool.New(cfg.CRM, cfg.HTTPClient),
+		&reversal{name: CloseTicket, undoes: "create_ticket", class: tool.ConditionalWrite, c: httptool.New(cfg.CRM, cfg.HTTPClient), names: "ticket_id",
 			path:     func(id string) string { return "/v1/tickets/" + url.PathEscape(id) + "/close" },
 			body:     func(key string) any { return map[string]string{"ref": key, "reason": "saga compensation"} },
 			find:     func(k string) string { return "/v1/closures?ref=" + url.QueryEscape(k) },
@@ -83,6 +86,7 @@ func New(cfg Config) []tool.Tool {
 // compensation key.
 type reversal struct {
 	name, undoes string
+	names        string // the field of the provider's answer naming the effect reversed; empty means "reverses"
 	class        tool.Class
 	c            *httptool.Client
 	path         func(id string) string
@@ -101,7 +105,17 @@ func (r *reversal) Spec() tool.Spec {
 			// original_args (a JSON object) is passed too; tool.Schema has no
 			// object type to declare it with, and no compensator reads it.
 		}},
+		// A reversal found under the compensation key must reverse the
+		// effect this call names.
+		Match: []tool.MatchField{{Arg: "original_external_id", Result: r.reversedField(), IfSet: true}},
 	}
+}
+
+func (r *reversal) reversedField() string {
+	if r.names != "" {
+		return r.names
+	}
+	return "reverses"
 }
 
 // Execute posts the reversal with call.Key as its key.

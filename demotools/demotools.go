@@ -17,6 +17,11 @@
 // request provably never left, and otherwise reconciled first. It waits for
 // approval above 500.00 and is guarded to one active refund per order.
 //
+// Every write that can look itself up declares Spec.Match: the fields of the
+// provider's answer a found effect must share with the call's args before it
+// is adopted (a key reused with other arguments, for example after a ledger
+// purge, finds someone else's effect: tool.Mismatch, for a human).
+//
 // Specs works without any provider, for validating plans locally.
 package demotools
 
@@ -234,6 +239,7 @@ func (t *applyRefund) Spec() tool.Spec {
 		Compensator: compensators.ReverseRefund,
 		Approval:    &tool.Approval{Field: "amount_minor", AboveMinor: RefundApprovalAboveMinor},
 		Guard:       &tool.Guard{Scope: "refund-per-order", Fields: []string{"order_id"}, Hold: true},
+		Match:       []tool.MatchField{{Arg: "order_id", Result: "order_id"}, {Arg: "amount_minor", Result: "amount_minor"}, {Arg: "currency", Result: "currency"}, {Arg: "reason", Result: "reason"}},
 	}
 }
 
@@ -286,6 +292,9 @@ func (t *createPayment) Spec() tool.Spec {
 		}},
 		Timeout:     10 * time.Second,
 		Compensator: compensators.VoidPayment,
+		Match: []tool.MatchField{{Arg: "customer_id", Result: "customer_id"}, {Arg: "order_id", Result: "order_id"},
+			{Arg: "amount_minor", Result: "amount_minor"}, {Arg: "currency", Result: "currency"},
+			{Arg: "payment_method", Result: "payment_method"}, {Arg: "description", Result: "reason"}},
 	}
 }
 
@@ -327,6 +336,10 @@ func (t *createTicket) Spec() tool.Spec {
 		// The search index may lag: an absent answer settles nothing until
 		// the index says it is caught up, so do not wait the full default.
 		ReconcileWindow: 2 * time.Minute,
+		// The CRM upserts by external_ref: a reused key answers with the
+		// ticket made before, whatever this call asked.
+		Match: []tool.MatchField{{Arg: "subject", Result: "subject"}, {Arg: "body", Result: "body"},
+			{Arg: "order_id", Result: "order_id"}, {Arg: "priority", Result: "priority", Default: "normal"}},
 	}
 }
 
@@ -387,6 +400,9 @@ func (t *createInvoice) Spec() tool.Spec {
 		}},
 		Timeout:     10 * time.Second,
 		Compensator: compensators.StornoInvoice,
+		Match: []tool.MatchField{{Arg: "customer_id", Result: "customer_id"}, {Arg: "order_id", Result: "order_id"},
+			{Arg: "amount_minor", Result: "amount_minor"}, {Arg: "currency", Result: "currency"},
+			{Arg: "description", Result: "description"}},
 	}
 }
 

@@ -285,3 +285,75 @@ func TestSendEmailHasNoLookup(t *testing.T) {
 		t.Fatalf("%d emails, want 1 (the lost answer was committed)", n)
 	}
 }
+
+// TestFoundEffectsAreCheckedAgainstTheirArgs: every write that can look
+// itself up, and every compensator, declares how a found effect is matched
+// to the call, and the sandbox's lookup answers carry the fields it names:
+// the call's own effect matches, the same key with other arguments does not.
+func TestFoundEffectsAreCheckedAgainstTheirArgs(t *testing.T) {
+	e := setup(t, sandbox.Options{})
+	for _, tc := range []struct {
+		tool  string
+		args  map[string]any
+		other map[string]any // the same key, other arguments
+	}{
+		{demotools.ApplyRefund, map[string]any{"order_id": "ord_1001", "amount_minor": 12900, "currency": "EUR", "reason": "damaged"},
+			map[string]any{"order_id": "ord_1001", "amount_minor": 15000, "currency": "EUR", "reason": "damaged"}},
+		{demotools.CreatePayment, map[string]any{"customer_id": "cus_ana", "order_id": "ord_1001", "amount_minor": 5000, "currency": "EUR", "payment_method": "tok_visa", "description": "deposit"},
+			map[string]any{"customer_id": "cus_ana", "order_id": "ord_1001", "amount_minor": 5000, "currency": "EUR", "payment_method": "tok_mastercard", "description": "deposit"}},
+		{demotools.CreateTicket, map[string]any{"subject": "Refund", "body": "late parcel", "order_id": "ord_1001"},
+			map[string]any{"subject": "Refund", "body": "late parcel", "order_id": "ord_1001", "priority": "urgent"}},
+		{demotools.CreateInvoice, map[string]any{"customer_id": "cus_ana", "order_id": "ord_1001", "amount_minor": 12900, "currency": "EUR", "description": "order"},
+			map[string]any{"customer_id": "cus_bob", "order_id": "ord_1001", "amount_minor": 12900, "currency": "EUR", "description": "order"}},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			tl, _ := e.reg.Tool(tc.tool)
+			if len(tl.Spec().Match) == 0 {
+				t.Fatalf("%s declares no Match", tc.tool)
+			}
+			key := "match:1:1:" + tc.tool
+			res, err := e.run(t, tc.tool, key, tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			look, err := e.reconcile(t, tc.tool, key)
+			if err != nil || look.Status != tool.Found {
+				t.Fatalf("reconcile: %+v %v", look, err)
+			}
+			own, _ := json.Marshal(tc.args)
+			if d := tool.Differences(tl, own, look.Result); len(d) > 0 {
+				t.Fatalf("the call's own effect does not match: %v (answer %s)", d, look.Result.Data)
+			}
+			other, _ := json.Marshal(tc.other)
+			if d := tool.Differences(tl, other, look.Result); len(d) != 1 {
+				t.Fatalf("other arguments under the same key: differences %v, want exactly one", d)
+			}
+
+			// Its compensator: the reversal found under the compensation key
+			// must reverse the effect the call names.
+			comp, _ := e.reg.Tool(tl.Spec().Compensator)
+			rev := tool.Reversal{OriginalKey: key, OriginalTool: tc.tool, OriginalExternalID: res.ExternalID, OriginalArgs: own}
+			revArgs, _ := json.Marshal(rev)
+			if _, err := comp.Execute(context.Background(), tool.Call{Key: tool.CompensationKey(key), Args: revArgs, Attempt: 1}); err != nil {
+				t.Fatal(err)
+			}
+			rl, err := e.reconcile(t, comp.Spec().Name, tool.CompensationKey(key))
+			if err != nil || rl.Status != tool.Found {
+				t.Fatalf("reconcile the reversal: %+v %v", rl, err)
+			}
+			if d := tool.Differences(comp, revArgs, rl.Result); len(d) > 0 {
+				t.Fatalf("the reversal's own effect does not match: %v (answer %s)", d, rl.Result.Data)
+			}
+			rev.OriginalExternalID = "someone_else_1"
+			otherRev, _ := json.Marshal(rev)
+			if d := tool.Differences(comp, otherRev, rl.Result); len(d) != 1 {
+				t.Fatalf("a reversal of another effect: differences %v, want one", d)
+			}
+			rev.OriginalExternalID = ""
+			noID, _ := json.Marshal(rev)
+			if d := tool.Differences(comp, noID, rl.Result); len(d) > 0 {
+				t.Fatalf("a reversal that names no original is not compared: %v", d)
+			}
+		})
+	}
+}

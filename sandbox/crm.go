@@ -25,6 +25,7 @@ type Ticket struct {
 	Number      int64     `json:"number"`
 	ExternalRef string    `json:"external_ref,omitempty"`
 	Subject     string    `json:"subject"`
+	Body        string    `json:"body,omitempty"`
 	OrderID     string    `json:"order_id,omitempty"`
 	Priority    string    `json:"priority"`
 	Status      string    `json:"status"` // open or closed
@@ -106,12 +107,12 @@ type createTicketRequest struct {
 	Priority    string `json:"priority"`
 }
 
-const ticketSelect = `SELECT id, number, COALESCE(external_ref,''), subject, COALESCE(order_id,''), priority, status, created_at FROM tickets`
+const ticketSelect = `SELECT id, number, COALESCE(external_ref,''), subject, COALESCE(body,''), COALESCE(order_id,''), priority, status, created_at FROM tickets`
 
 func scanTicket(row rowScanner) (Ticket, error) {
 	var t Ticket
 	var created int64
-	if err := row.Scan(&t.ID, &t.Number, &t.ExternalRef, &t.Subject, &t.OrderID, &t.Priority, &t.Status, &created); err != nil {
+	if err := row.Scan(&t.ID, &t.Number, &t.ExternalRef, &t.Subject, &t.Body, &t.OrderID, &t.Priority, &t.Status, &created); err != nil {
 		return Ticket{}, err
 	}
 	t.CreatedAt = fromNanos(created)
@@ -185,7 +186,7 @@ func (c *crm) upsert(ctx context.Context, req createTicketRequest) (Ticket, int,
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(number), 1000) + 1 FROM tickets`).Scan(&number); err != nil {
 		return Ticket{}, 0, err
 	}
-	t := Ticket{ID: newID("tkt_"), Number: number, ExternalRef: req.ExternalRef, Subject: req.Subject, OrderID: req.OrderID,
+	t := Ticket{ID: newID("tkt_"), Number: number, ExternalRef: req.ExternalRef, Subject: req.Subject, Body: req.Body, OrderID: req.OrderID,
 		Priority: req.Priority, Status: "open", Created: true, CreatedAt: fromNanos(now())}
 	visibleAt := int64(0)
 	if c.lag.Duration > 0 {

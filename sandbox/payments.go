@@ -30,6 +30,7 @@ type Entry struct {
 	Currency       string    `json:"currency"`
 	OrderID        string    `json:"order_id,omitempty"`
 	CustomerID     string    `json:"customer_id,omitempty"`
+	PaymentMethod  string    `json:"payment_method,omitempty"` // a token, never a card number
 	Reverses       string    `json:"reverses,omitempty"`
 	Reason         string    `json:"reason,omitempty"`
 	Status         string    `json:"status"`
@@ -117,7 +118,7 @@ func (p *payments) createPayment(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}, func(ctx context.Context, tx *sql.Tx, key string) (int, any, error) {
 		e := Entry{ID: newID("pay_"), Object: "payment", Kind: "payment", AmountMinor: req.AmountMinor, Currency: req.Currency,
-			OrderID: req.OrderID, CustomerID: req.CustomerID, Reason: req.Description, Status: "succeeded", IdempotencyKey: key}
+			OrderID: req.OrderID, CustomerID: req.CustomerID, PaymentMethod: req.PaymentMethod, Reason: req.Description, Status: "succeeded", IdempotencyKey: key}
 		return http.StatusCreated, e, p.insert(ctx, tx, &e, req.PaymentMethod)
 	})
 }
@@ -203,7 +204,7 @@ func (p *payments) insert(ctx context.Context, tx *sql.Tx, e *Entry, method stri
 }
 
 const entrySelect = `SELECT id, kind, idempotency_key, amount_minor, currency, COALESCE(order_id,''), COALESCE(customer_id,''),
-	COALESCE(reverses,''), COALESCE(reason,''), status, created_at FROM entries`
+	COALESCE(payment_method,''), COALESCE(reverses,''), COALESCE(reason,''), status, created_at FROM entries`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -211,7 +212,7 @@ func scanEntry(row rowScanner) (Entry, error) {
 	var e Entry
 	var created int64
 	err := row.Scan(&e.ID, &e.Kind, &e.IdempotencyKey, &e.AmountMinor, &e.Currency, &e.OrderID, &e.CustomerID,
-		&e.Reverses, &e.Reason, &e.Status, &created)
+		&e.PaymentMethod, &e.Reverses, &e.Reason, &e.Status, &created)
 	if err != nil {
 		return Entry{}, err
 	}
