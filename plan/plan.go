@@ -116,10 +116,21 @@ func (p Plan) Validate(c tool.Catalog) error {
 	if len(p.Steps) == 0 {
 		add("steps", "must list at least one tool call")
 	}
+	// An irreversible write (one with no compensator) must be the last
+	// step: if anything after it failed, the saga would compensate the
+	// steps before it but could not take it back. That holds for a read
+	// after it too (a read can fail and stop the plan).
 	lastIrreversible := 0 // step number of a write that cannot be undone
 	for i, s := range p.Steps {
 		n := i + 1
 		path := fmt.Sprintf("steps[%d]", n)
+		if lastIrreversible != 0 {
+			prev := p.Steps[lastIrreversible-1].Tool
+			add(fmt.Sprintf("steps[%d].tool", lastIrreversible),
+				"%s cannot be undone: it must be the last step of the plan (step %d, %s, comes after it; if it failed, %s could not be taken back): move it to the end",
+				prev, n, s.Tool, prev)
+			lastIrreversible = 0
+		}
 		if s.Tool == "" {
 			add(path+".tool", "is required")
 			continue
@@ -134,16 +145,7 @@ func (p Plan) Validate(c tool.Catalog) error {
 			continue
 		}
 		errs = append(errs, spec.Args.Check(path+".args", s.Args)...)
-		if !spec.Class.IsWrite() {
-			continue
-		}
-		if lastIrreversible != 0 {
-			prev := p.Steps[lastIrreversible-1].Tool
-			add(fmt.Sprintf("steps[%d].tool", lastIrreversible),
-				"%s cannot be undone: it must be the last write of the plan (step %d, %s, writes after it)", prev, n, s.Tool)
-			lastIrreversible = 0
-		}
-		if !spec.Compensable() {
+		if spec.Class.IsWrite() && !spec.Compensable() {
 			lastIrreversible = n
 		}
 	}

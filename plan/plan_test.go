@@ -77,7 +77,23 @@ func TestNonCompensableWriteMustBeLast(t *testing.T) {
 		{"tool":"query_order","args":{"order_id":"o1"}},
 		{"tool":"apply_refund","args":{"order_id":"o1","amount_minor":100}}]}`)
 	got := problems(t, p)
-	require.Contains(t, got["steps[1].tool"], "send_email cannot be undone: it must be the last write of the plan")
+	require.Contains(t, got["steps[1].tool"], "send_email cannot be undone: it must be the last step of the plan (step 2, query_order, comes after it")
+}
+
+func TestIrreversibleWriteMustBeTheLastStepEvenBeforeARead(t *testing.T) {
+	p := parse(t, `{"session_id":"s","turn":1,"steps":[
+		{"tool":"apply_refund","args":{"order_id":"o1","amount_minor":100}},
+		{"tool":"send_email","args":{"to":"a@example.com"}},
+		{"tool":"query_order","args":{"order_id":"o1"}}]}`)
+	got := problems(t, p)
+	require.Len(t, got, 1, "%v", got)
+	require.Contains(t, got["steps[2].tool"], "send_email cannot be undone: it must be the last step of the plan (step 3, query_order, comes after it")
+
+	last := parse(t, `{"session_id":"s","turn":1,"steps":[
+		{"tool":"query_order","args":{"order_id":"o1"}},
+		{"tool":"apply_refund","args":{"order_id":"o1","amount_minor":100}},
+		{"tool":"send_email","args":{"to":"a@example.com"}}]}`)
+	require.NoError(t, last.Validate(catalog))
 }
 
 func TestParseRefusesBadShapes(t *testing.T) {
