@@ -35,6 +35,9 @@ type Options struct {
 	Ledger ledger.Store
 	// Logger receives activity logs; nil discards them.
 	Logger *slog.Logger
+	// Operators verifies who decides (an *operators.Keyring); nil accepts
+	// typed names, recorded as unverified (the dev stack).
+	Operators workflows.Verifier
 	// Worker passes SDK worker options through.
 	Worker worker.Options
 }
@@ -53,13 +56,26 @@ func New(c client.Client, o Options) (worker.Worker, error) {
 		tq = workflows.TaskQueue
 	}
 	w := worker.New(c, tq, o.Worker)
-	saga := &workflows.Saga{Specs: o.Tools.Specs()}
-	w.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
-	acts := &activities.Activities{Tools: o.Tools, Ledger: o.Ledger, Log: o.Logger}
-	w.RegisterActivityWithOptions(acts.ExecuteTool, activity.RegisterOptions{Name: activities.ExecuteToolName})
-	w.RegisterActivityWithOptions(acts.ReconcileTool, activity.RegisterOptions{Name: activities.ReconcileToolName})
-	w.RegisterActivityWithOptions(acts.RecordOutcome, activity.RegisterOptions{Name: activities.RecordName})
+	Register(w, &workflows.Saga{Specs: o.Tools.Specs(), Operators: o.Operators},
+		&activities.Activities{Tools: o.Tools, Ledger: o.Ledger, Log: o.Logger})
 	return w, nil
+}
+
+// Register registers AgentPlan and every activity it calls under their
+// contract names on r: a worker, or the SDK's test environment.
+func Register(r worker.Registry, saga *workflows.Saga, acts *activities.Activities) {
+	r.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
+	for name, fn := range map[string]any{
+		activities.ExecuteToolName:    acts.ExecuteTool,
+		activities.ReconcileToolName:  acts.ReconcileTool,
+		activities.RecordName:         acts.RecordOutcome,
+		activities.CheckGuardName:     acts.CheckGuard,
+		activities.GrantPermitName:    acts.GrantPermit,
+		activities.RecordDecisionName: acts.RecordDecision,
+		activities.LookupToolName:     acts.LookupTool,
+	} {
+		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
 }
 
 // SearchAttributes are the product's search attributes and their types.

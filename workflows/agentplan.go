@@ -1,14 +1,15 @@
 // Package workflows holds the AgentPlan saga: one Temporal workflow per agent
 // plan, one keyed ExecuteTool activity per step, a stack of reversals
 // (storno) for the steps that succeeded, reconcile before any retry or
-// compensation, and a wait for a human whenever the truth cannot be
-// established.
+// compensation, and a question to a human whenever the truth cannot be
+// established or a rule asks for approval.
 package workflows
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -21,30 +22,49 @@ import (
 )
 
 // Saga runs plans against the tools it knows. Register its AgentPlan method
-// under WorkflowName. Specs must be the specs of the worker's registry: they
-// are code, so they are the same on every replay.
+// under WorkflowName.
 type Saga struct {
+	// Specs are the specs of the worker's registry. A plan pins the specs
+	// of its tools when it starts (recorded in its history), so a later
+	// change of a spec never changes a plan that already runs.
 	Specs tool.Specs
+	// Operators checks who decides. Nil accepts a typed name and records
+	// it as unverified (the dev stack).
+	Operators Verifier
 }
 
-// Reconcile schedule for UNKNOWN outcomes: first look after firstReconcile,
-// doubling up to maxReconcileGap, until the tool's window closes.
+// Verifier checks that a decision was signed by the operator it names and
+// that the operator may take that action ("approve" or "resolve").
+// *operators.Keyring implements it.
+type Verifier interface {
+	Verify(by, action string, msg []byte, sig string) error
+}
+
+// Reconcile schedule for UNKNOWN outcomes, and the bound on calls of one
+// step whose provider keeps saying "not done".
 const (
 	firstReconcile  = 2 * time.Second
 	maxReconcileGap = time.Minute
-	// System is who the saga records as the author of its own ledger
-	// entries (marking a reversed step compensated).
+	// maxCalls bounds how often one step is called when each call ends
+	// provably not done (a persistent 503 on a non-idempotent write); then
+	// the step fails for good and the plan compensates.
+	maxCalls       = 5
+	firstCallRetry = 2 * time.Second
+	maxCallRetry   = 2 * time.Minute
+	// System is who the saga records as the author of its own changes.
 	System = "agentsaga"
 )
 
 // ActivityOptions returns the options of a tool call: ActivityID is the
-// operation key (so the Temporal UI shows it), the timeout and retry policy
-// come from the tool's spec and class. Which failures are retried is decided
-// per attempt by activities.Classify; the policy bounds how often.
-func ActivityOptions(spec tool.Spec, key string) workflow.ActivityOptions {
+// operation key (so the Temporal UI shows it), Summary says what the call
+// does, the timeout and retry policy come from the tool's spec and class.
+// Which failures are retried is decided per attempt by activities.Classify;
+// the policy bounds how often.
+func ActivityOptions(spec tool.Spec, key, summary string) workflow.ActivityOptions {
 	rp := spec.RetryPolicy()
 	return workflow.ActivityOptions{
 		ActivityID:          key,
+		Summary:             summary,
 		StartToCloseTimeout: spec.Timeout,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:    rp.InitialInterval,
@@ -55,9 +75,14 @@ func ActivityOptions(spec tool.Spec, key string) workflow.ActivityOptions {
 	}
 }
 
+// bookkeeping is the options of ledger writes made by the workflow: bounded,
+// so a permanent error never wedges a plan.
 var bookkeeping = workflow.ActivityOptions{
 	StartToCloseTimeout: 30 * time.Second,
-	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second},
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second, MaximumAttempts: 8,
+		NonRetryableErrorTypes: []string{activities.ErrRecordRefused},
+	},
 }
 
 var (
@@ -66,58 +91,106 @@ var (
 	saNeedsHuman = temporal.NewSearchAttributeKeyBool(SearchAttrNeedsHuman)
 )
 
+// pinned is what a plan records in its history when it starts: the specs of
+// its tools (and their reversals) and the verdict of validation against them.
+type pinned struct {
+	Specs   tool.Specs `json:"specs"`
+	Invalid string     `json:"invalid,omitempty"`
+}
+
+func (s *Saga) pin(p plan.Plan) pinned {
+	if err := p.Validate(s.Specs); err != nil {
+		return pinned{Invalid: err.Error()}
+	}
+	out := tool.Specs{}
+	for _, st := range p.Steps {
+		sp := s.Specs[st.Tool]
+		out[st.Tool] = sp
+		if sp.Compensator != "" {
+			out[sp.Compensator] = s.Specs[sp.Compensator]
+		}
+	}
+	return pinned{Specs: out}
+}
+
 // AgentPlan runs plan p. It returns the final Status; a plan that failed and
 // was compensated completes normally with State compensated (the workflow
-// did its job), so callers read the state, not the error.
+// did its job), so callers read the state, not the error. A cancelled plan
+// lets the call in flight finish, settles it, compensates, and then reports
+// the cancellation.
 func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
-	if err := p.Validate(s.Specs); err != nil {
-		return Status{}, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidPlan", nil)
+	var pin pinned
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return s.pin(p) }).Get(&pin); err != nil {
+		return Status{}, fmt.Errorf("read the pinned tool specs: %w", err)
 	}
-	r, err := newRun(ctx, s.Specs, p)
+	if pin.Invalid != "" {
+		return Status{}, temporal.NewNonRetryableApplicationError(pin.Invalid, "InvalidPlan", nil)
+	}
+	r, err := newRun(ctx, s, pin.Specs, p)
 	if err != nil {
 		return Status{}, err
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return r.st, nil }); err != nil {
-		return Status{}, fmt.Errorf("register status query: %w", err)
+	if err := r.register(ctx); err != nil {
+		return Status{}, err
 	}
-	r.listen(ctx)
 	r.setState(ctx, SagaRunning)
+	// Everything after a call leaves runs in a disconnected context: a
+	// cancelled plan still finishes the call in flight, reconciles it and
+	// compensates, so no effect is dropped.
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
 
 	for n := 1; n <= len(p.Steps); n++ {
-		if r.runStep(ctx, n) {
+		if ctx.Err() != nil {
+			break
+		}
+		if r.runStep(ctx, dctx, n) {
 			continue
 		}
 		r.st.Error = fmt.Sprintf("step %d (%s) failed: %s", n, r.step(n).Tool, r.step(n).LastError)
-		r.reconcileFailed(ctx, n)
-		r.compensate(ctx)
-		return r.st, ctx.Err()
+		r.reconcileFailed(dctx, n)
+		r.compensate(dctx)
+		return r.finish(ctx, dctx)
 	}
 	if ctx.Err() != nil {
-		r.compensate(ctx)
-		return r.st, ctx.Err()
+		if r.st.Error == "" {
+			r.st.Error = "plan cancelled"
+		}
+		r.compensate(dctx)
+		return r.finish(ctx, dctx)
 	}
-	r.setState(ctx, SagaSucceeded)
-	return r.st, nil
+	r.setState(dctx, SagaSucceeded)
+	return r.finish(ctx, dctx)
+}
+
+// finish waits for decision handlers still running, then returns the status
+// (and the cancellation, if the plan was cancelled).
+func (r *run) finish(ctx, dctx workflow.Context) (Status, error) {
+	_ = workflow.Await(dctx, func() bool { return workflow.AllHandlersFinished(dctx) })
+	return r.st, ctx.Err()
 }
 
 // run is the state of one plan execution.
 type run struct {
-	specs     tool.Specs
-	plan      plan.Plan
-	st        Status
-	approvals map[int][]ApproveSignal
-	resolves  map[int][]ResolveSignal
-	stack     []int // steps whose reversal waits, in push order
+	saga  *Saga
+	specs tool.Specs
+	plan  plan.Plan
+	st    Status
+	stack []int // steps whose reversal waits, in push order
+	q     *question
+	seq   int // questions opened so far
+	// closed remembers the decision applied to each closed question, so a
+	// repeated identical decision (a double click) is recognised.
+	closed     map[string]Decision
+	lastClosed map[int]Decision // the decision that closed each step's latest question
 }
 
-func newRun(ctx workflow.Context, specs tool.Specs, p plan.Plan) (*run, error) {
+func newRun(ctx workflow.Context, s *Saga, specs tool.Specs, p plan.Plan) (*run, error) {
 	fp, err := p.Fingerprint()
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidPlan", nil)
 	}
 	r := &run{
-		specs: specs, plan: p,
-		approvals: map[int][]ApproveSignal{}, resolves: map[int][]ResolveSignal{},
+		saga: s, specs: specs, plan: p, closed: map[string]Decision{}, lastClosed: map[int]Decision{},
 		st: Status{
 			WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: p.SessionID, Turn: p.Turn,
 			RequestID: p.RequestID, PlanFingerprint: fp,
@@ -138,57 +211,6 @@ func newRun(ctx workflow.Context, specs tool.Specs, p plan.Plan) (*run, error) {
 
 func (r *run) step(n int) *StepStatus { return &r.st.Steps[n-1] }
 
-// listen collects signals in the background; waits look at what arrived, so
-// a signal sent before the workflow reaches its gate is not lost.
-func (r *run) listen(ctx workflow.Context) {
-	approveCh := workflow.GetSignalChannel(ctx, SignalApprove)
-	resolveCh := workflow.GetSignalChannel(ctx, SignalResolve)
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		for {
-			var a ApproveSignal
-			approveCh.Receive(ctx, &a)
-			if msg := r.checkSignal(a.Step, a.By); msg != "" {
-				r.refuse(ctx, a.Step, Decision{Kind: SignalApprove, By: a.By, Approved: a.Approved, Note: a.Reason, Refused: msg})
-				continue
-			}
-			r.approvals[a.Step] = append(r.approvals[a.Step], a)
-		}
-	})
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		for {
-			var s ResolveSignal
-			resolveCh.Receive(ctx, &s)
-			msg := r.checkSignal(s.Step, s.By)
-			if msg == "" && s.Outcome != OutcomeSucceeded && s.Outcome != OutcomeFailed && s.Outcome != OutcomeRetry {
-				msg = fmt.Sprintf("outcome %q is not one of succeeded, failed, retry", s.Outcome)
-			}
-			if msg != "" {
-				r.refuse(ctx, s.Step, Decision{Kind: SignalResolve, By: s.By, Outcome: s.Outcome, Note: s.Note, Refused: msg})
-				continue
-			}
-			r.resolves[s.Step] = append(r.resolves[s.Step], s)
-		}
-	})
-}
-
-func (r *run) checkSignal(step int, by string) string {
-	switch {
-	case step < 1 || step > len(r.st.Steps):
-		return fmt.Sprintf("step %d does not exist: the plan has steps 1 to %d", step, len(r.st.Steps))
-	case by == "":
-		return "by is required: name who decided"
-	}
-	return ""
-}
-
-func (r *run) refuse(ctx workflow.Context, step int, d Decision) {
-	d.At = workflow.Now(ctx)
-	workflow.GetLogger(ctx).Warn("signal refused", "step", step, "kind", d.Kind, "reason", d.Refused)
-	if step >= 1 && step <= len(r.st.Steps) {
-		r.step(step).Decisions = append(r.step(step).Decisions, d)
-	}
-}
-
 func (r *run) setState(ctx workflow.Context, s SagaState) {
 	r.st.State = s
 	human := s == SagaNeedsHuman || s == SagaWaitingApproval
@@ -197,29 +219,41 @@ func (r *run) setState(ctx workflow.Context, s SagaState) {
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("search attributes not updated", "error", err)
 	}
+	r.details(ctx)
+}
+
+func (r *run) request(n int) activities.Request {
+	st := r.step(n)
+	return activities.Request{Key: st.Key, Tool: st.Tool, Args: r.plan.Steps[n-1].Args, Fingerprint: st.Fingerprint, RequestID: r.plan.RequestID}
 }
 
 // runStep runs step n to a settled state and reports whether it succeeded.
-func (r *run) runStep(ctx workflow.Context, n int) bool {
+// ctx is cancelled with the plan; dctx is not (calls and their settling run
+// there).
+func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 	st := r.step(n)
 	spec := r.specs[st.Tool]
-	args := r.plan.Steps[n-1].Args
-	approved := false
-	if spec.Approval.Required(args) {
-		if !r.awaitApproval(ctx, n, "the tool's approval policy matches these arguments") {
-			return false
+	req := r.request(n)
+	if spec.Approval.Required(req.Args) {
+		rep := r.checkGuard(dctx, req)
+		rule := r.approvalRule(spec, req.Args)
+		d, ok := r.askApproval(ctx, dctx, n, rule, rep)
+		if !ok {
+			return r.gaveUp(dctx, n)
 		}
-		approved = true
+		if req.PermitID, ok = r.grant(dctx, n, d, rule); !ok {
+			return r.gaveUp(dctx, n)
+		}
 	}
+	calls := 0
 	for {
 		if ctx.Err() != nil {
-			st.LastError = "plan cancelled"
-			st.State = ledger.FailedFinal
-			return false
+			st.State, st.LastError = ledger.FailedFinal, "plan cancelled before this step was called"
+			return r.gaveUp(dctx, n)
 		}
 		st.State = ledger.InProgress
-		req := activities.Request{Key: st.Key, Tool: st.Tool, Args: args, Fingerprint: st.Fingerprint, RequestID: r.plan.RequestID, Approved: approved}
-		out, err := r.execute(ctx, spec, req, &st.Attempts)
+		calls++
+		out, err := r.execute(dctx, spec, req, &st.Attempts)
 		if err == nil {
 			r.succeeded(n, out.ExternalID, out.Result)
 			return true
@@ -227,28 +261,74 @@ func (r *run) runStep(ctx workflow.Context, n int) bool {
 		st.LastError, st.ErrorCode = errText(err), activities.DetailOf(err).Code
 		switch {
 		case activities.ErrorType(err) == activities.ErrHeld:
-			if !r.awaitApproval(ctx, n, st.LastError) {
-				return false
+			rep := r.checkGuard(dctx, req)
+			if rep.Clash == "" {
+				rep.Clash = st.LastError
 			}
-			approved = true
+			rule := "the ledger held the call: " + st.LastError
+			d, ok := r.askApproval(ctx, dctx, n, rule, rep)
+			if !ok {
+				return r.gaveUp(dctx, n)
+			}
+			if req.PermitID, ok = r.grant(dctx, n, d, rule); !ok {
+				return r.gaveUp(dctx, n)
+			}
+			calls--
 			continue
-		case spec.Class.IsWrite() && activities.IsUnknown(err) && ctx.Err() == nil:
+		case spec.Class.IsWrite() && activities.IsUnknown(err):
 			st.State = ledger.Unknown
-			switch r.settle(ctx, n, spec, req) {
+			outcome, byHuman := r.settle(dctx, n, spec, req)
+			switch outcome {
 			case OutcomeSucceeded:
 				return true
 			case OutcomeRetry:
+				if byHuman {
+					calls = 0
+					continue
+				}
+				if calls >= maxCalls {
+					st.State = ledger.FailedFinal
+					st.LastError = fmt.Sprintf("gave up after %d calls: each ended without an effect at the provider (reconciled by key): %s", calls, st.LastError)
+					return r.gaveUp(dctx, n)
+				}
+				_ = workflow.Sleep(dctx, r.backoff(st.Key, calls, activities.DetailOf(err).RetryAfter))
 				continue
 			}
 			return false
 		}
 		st.State = ledger.FailedFinal
-		return false
+		return r.gaveUp(dctx, n)
 	}
 }
 
+// gaveUp ends step n as failed without an effect and releases its ledger
+// row (a pending or held row would otherwise keep the guard scope).
+func (r *run) gaveUp(dctx workflow.Context, n int) bool {
+	st := r.step(n)
+	st.State, st.Waiting = ledger.FailedFinal, ""
+	if r.specs[st.Tool].Class.IsWrite() {
+		r.transition(dctx, st.Key, ledger.FailedFinal, "", ledger.Pending, ledger.NeedsHuman)
+	}
+	return false
+}
+
+// backoff is the wait before call number calls+1 of a step whose last call
+// ended provably not done: exponential from firstCallRetry, capped, with a
+// deterministic jitter from the key (so replays agree), and never shorter
+// than the provider's Retry-After.
+func (r *run) backoff(key string, calls int, retryAfter time.Duration) time.Duration {
+	d := firstCallRetry << (calls - 1)
+	if d > maxCallRetry || d <= 0 {
+		d = maxCallRetry
+	}
+	h := fnv.New32a()
+	_, _ = fmt.Fprintf(h, "%s#%d", key, calls)
+	d += time.Duration(h.Sum32()%1000) * d / 4000 // up to +25%
+	return max(d, retryAfter)
+}
+
 func (r *run) execute(ctx workflow.Context, spec tool.Spec, req activities.Request, attempts *int) (activities.Output, error) {
-	actx := workflow.WithActivityOptions(ctx, ActivityOptions(spec, req.Key))
+	actx := workflow.WithActivityOptions(ctx, ActivityOptions(spec, req.Key, r.summary(spec, req)))
 	var out activities.Output
 	err := workflow.ExecuteActivity(actx, activities.ExecuteToolName, req).Get(ctx, &out)
 	if err == nil {
@@ -256,7 +336,7 @@ func (r *run) execute(ctx workflow.Context, spec tool.Spec, req activities.Reque
 	} else if a := activities.DetailOf(err).Attempt; a > 0 {
 		*attempts += int(a)
 	} else {
-		*attempts += 1
+		*attempts++
 	}
 	return out, err
 }
@@ -270,185 +350,172 @@ func (r *run) succeeded(n int, externalID string, result json.RawMessage) {
 }
 
 // settle settles an UNKNOWN step: reconcile on a bounded schedule, then ask
-// a human. It returns succeeded, failed or retry (call again, same key).
-func (r *run) settle(ctx workflow.Context, n int, spec tool.Spec, req activities.Request) Outcome {
+// a human. It returns succeeded, failed or retry (call again, same key), and
+// whether a person decided.
+func (r *run) settle(dctx workflow.Context, n int, spec tool.Spec, req activities.Request) (Outcome, bool) {
 	st := r.step(n)
+	var rule string
+	answers := []string{string(OutcomeSucceeded), string(OutcomeFailed), string(OutcomeRetry)}
 	if !spec.NoLookup {
-		look, ok := r.reconcileUntil(ctx, spec, req)
+		look, tries, ok := r.reconcileUntil(dctx, spec, req)
 		switch {
 		case ok && look.Status == tool.Found:
 			r.succeeded(n, look.Result.ExternalID, look.Result.Data)
-			return OutcomeSucceeded
+			return OutcomeSucceeded, false
+		case ok && look.Status == tool.Mismatch:
+			rule = fmt.Sprintf("the provider holds an effect under key %s made with other arguments (%s): it is not this step's", st.Key, look.Result.ExternalID)
+			answers = []string{string(OutcomeFailed), string(OutcomeRetry)}
 		case ok:
-			return OutcomeRetry // authoritative absent: the same key may be sent again
+			return OutcomeRetry, false // authoritative absent: the same key may be sent again
+		default:
+			rule = fmt.Sprintf("outcome unknown: reconciled %d time(s) over %s and the provider could not say", tries, spec.Window())
 		}
-		st.LastError = fmt.Sprintf("outcome unknown after reconciling for %s: %s", spec.Window(), st.LastError)
+		st.LastError = rule + ": " + st.LastError
 	} else {
-		st.LastError = fmt.Sprintf("%s has no way to look itself up, a person must say what happened: %s", st.Tool, st.LastError)
+		rule = fmt.Sprintf("%s has no way to look itself up: a person must say what happened", st.Tool)
+		st.LastError = rule + ": " + st.LastError
 	}
-	d := r.awaitResolve(ctx, n)
+	d := r.askResolve(dctx, n, QuestionOutcome, rule, answers)
 	switch d.Outcome {
 	case OutcomeSucceeded:
-		r.record(ctx, st.Key, ledger.Succeeded, d)
+		r.record(dctx, st.Key, ledger.Succeeded, d)
 		r.succeeded(n, d.ExternalID, nil)
 	case OutcomeFailed:
-		r.record(ctx, st.Key, ledger.FailedFinal, d)
+		r.record(dctx, st.Key, ledger.FailedFinal, d)
 		st.State = ledger.FailedFinal
 		st.LastError = fmt.Sprintf("resolved as failed by %s: %s", d.By, d.Note)
 	case OutcomeRetry:
-		r.record(ctx, st.Key, ledger.Pending, d)
+		r.record(dctx, st.Key, ledger.Pending, d)
 	}
-	return d.Outcome
+	return d.Outcome, true
 }
 
 // reconcileUntil asks the provider by key until it gives a definite answer
-// (found, or authoritatively absent) or the tool's window closes. ok is false
-// when the window closed without one.
-func (r *run) reconcileUntil(ctx workflow.Context, spec tool.Spec, req activities.Request) (tool.Lookup, bool) {
+// (found, mismatch, or authoritatively absent) or the tool's window closes.
+// ok is false when the window closed without one.
+func (r *run) reconcileUntil(ctx workflow.Context, spec tool.Spec, req activities.Request) (tool.Lookup, int, bool) {
 	deadline := workflow.Now(ctx).Add(spec.Window())
 	gap := firstReconcile
 	for i := 1; ; i++ {
 		look, err := r.reconcile(ctx, req, i)
-		if err == nil && (look.Status == tool.Found || (look.Status == tool.Absent && look.Authoritative)) {
-			return look, true
+		if err == nil && definite(look) {
+			return look, i, true
 		}
 		left := deadline.Sub(workflow.Now(ctx))
-		if left <= 0 || ctx.Err() != nil {
-			return tool.Lookup{}, false
+		if left <= 0 {
+			return tool.Lookup{}, i, false
 		}
 		if err := workflow.Sleep(ctx, min(gap, left)); err != nil {
-			return tool.Lookup{}, false
+			return tool.Lookup{}, i, false
 		}
 		gap = min(2*gap, maxReconcileGap)
 	}
 }
 
+// definite reports whether a lookup settles a step: found, found with other
+// arguments, or absent on the provider's word. A non-authoritative absent
+// (a lagging index) settles nothing.
+func definite(l tool.Lookup) bool {
+	return l.Status == tool.Found || l.Status == tool.Mismatch || (l.Status == tool.Absent && l.Authoritative)
+}
+
 func (r *run) reconcile(ctx workflow.Context, req activities.Request, i int) (tool.Lookup, error) {
 	opts := bookkeeping
 	opts.ActivityID = fmt.Sprintf("%s:reconcile:%d", req.Key, i)
+	opts.Summary = "reconcile " + req.Key
 	opts.RetryPolicy = &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumAttempts: 3}
 	var look tool.Lookup
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.ReconcileToolName, req).Get(ctx, &look)
 	return look, err
 }
 
-// awaitApproval waits for an `approve` signal for step n whose fingerprint is
-// the step's. It reports whether the step was approved; a rejection fails it.
-func (r *run) awaitApproval(ctx workflow.Context, n int, why string) bool {
-	st := r.step(n)
-	st.Waiting, st.LastError = "approval", "waiting for approval: "+why
-	prev := r.st.State
-	r.setState(ctx, SagaWaitingApproval)
-	defer func() { st.Waiting = "" }()
-	for {
-		if err := workflow.Await(ctx, func() bool { return len(r.approvals[n]) > 0 }); err != nil {
-			st.State, st.LastError = ledger.FailedFinal, "cancelled while waiting for approval"
-			return false
-		}
-		a := r.approvals[n][0]
-		r.approvals[n] = r.approvals[n][1:]
-		d := Decision{Kind: SignalApprove, By: a.By, At: workflow.Now(ctx), Approved: a.Approved, Note: a.Reason}
-		if a.Fingerprint != st.Fingerprint {
-			d.Refused = fmt.Sprintf("fingerprint %s is not this step's %s: the arguments differ from what was approved; approve the current fingerprint", a.Fingerprint, st.Fingerprint)
-			st.Decisions = append(st.Decisions, d)
-			continue
-		}
-		st.Decisions = append(st.Decisions, d)
-		r.setState(ctx, prev)
-		if !a.Approved {
-			st.State = ledger.FailedFinal
-			st.LastError = fmt.Sprintf("rejected by %s: %s", a.By, a.Reason)
-			return false
-		}
-		st.LastError = ""
-		return true
-	}
-}
-
-// awaitResolve marks step n needs_human and waits for a `resolve` signal.
-func (r *run) awaitResolve(ctx workflow.Context, n int) Decision {
-	st := r.step(n)
-	compensating := st.Compensation != nil
-	if !compensating {
-		st.State = ledger.NeedsHuman
-	}
-	st.Waiting = "resolve"
-	prev := r.st.State
-	r.setState(ctx, SagaNeedsHuman)
-	defer func() { st.Waiting = "" }()
-	if err := workflow.Await(ctx, func() bool { return len(r.resolves[n]) > 0 }); err != nil {
-		return Decision{Kind: SignalResolve, Outcome: OutcomeFailed, By: System, At: workflow.Now(ctx), Note: "cancelled while waiting for a human"}
-	}
-	s := r.resolves[n][0]
-	r.resolves[n] = r.resolves[n][1:]
-	d := Decision{Kind: SignalResolve, By: s.By, At: workflow.Now(ctx), Outcome: s.Outcome, ExternalID: s.ExternalID, Note: s.Note}
-	st.Decisions = append(st.Decisions, d)
-	r.setState(ctx, prev)
-	return d
-}
-
+// record writes a human's decision on key to the ledger (resolved_by is the
+// person).
 func (r *run) record(ctx workflow.Context, key string, status ledger.Status, d Decision) {
-	rec := activities.Record{Key: key, Status: status, ExternalID: d.ExternalID, By: d.By, Note: d.Note}
-	actx := workflow.WithActivityOptions(ctx, bookkeeping)
-	if err := workflow.ExecuteActivity(actx, activities.RecordName, rec).Get(ctx, nil); err != nil {
-		workflow.GetLogger(ctx).Error("decision not recorded in the ledger", "key", key, "error", err)
+	r.recordOutcome(ctx, activities.Record{Key: key, Status: status, ExternalID: d.ExternalID, By: d.By, Note: d.Note})
+}
+
+// transition writes a machine change of key to the ledger; it keeps any
+// human's record on the row.
+func (r *run) transition(ctx workflow.Context, key string, status ledger.Status, externalID string, from ...ledger.Status) {
+	r.recordOutcome(ctx, activities.Record{Key: key, Status: status, ExternalID: externalID, By: System, Machine: true, From: from})
+}
+
+func (r *run) recordOutcome(ctx workflow.Context, rec activities.Record) {
+	opts := bookkeeping
+	opts.Summary = fmt.Sprintf("ledger %s -> %s", rec.Key, rec.Status)
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.RecordName, rec).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Error("ledger not updated", "key", rec.Key, "status", rec.Status, "error", err)
+		r.st.LedgerErrors = append(r.st.LedgerErrors, fmt.Sprintf("%s -> %s: %s", rec.Key, rec.Status, errText(err)))
 	}
 }
 
 // reconcileFailed asks the provider whether the failed step n was really not
-// done. If it was, the step is a success to be reversed like the others.
-func (r *run) reconcileFailed(ctx workflow.Context, n int) {
+// done. If it has this step's effect, the step is a success to be reversed
+// like the others; if it holds another effect under the key, a person says
+// what it is.
+func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 	st := r.step(n)
 	spec := r.specs[st.Tool]
-	if !spec.Class.IsWrite() || spec.NoLookup || st.State != ledger.FailedFinal {
+	if !spec.Class.IsWrite() || spec.NoLookup || st.State != ledger.FailedFinal || st.Attempts == 0 {
 		return
 	}
-	ctx, _ = workflow.NewDisconnectedContext(ctx)
-	req := activities.Request{Key: st.Key, Tool: st.Tool, Args: r.plan.Steps[n-1].Args, Fingerprint: st.Fingerprint, RequestID: r.plan.RequestID}
-	look, err := r.reconcile(ctx, req, 0)
-	if err != nil || look.Status != tool.Found {
+	look, err := r.reconcile(dctx, r.request(n), 0)
+	switch {
+	case err != nil:
 		return
+	case look.Status == tool.Found:
+		r.transition(dctx, st.Key, ledger.Succeeded, look.Result.ExternalID)
+		msg := st.LastError
+		r.succeeded(n, look.Result.ExternalID, look.Result.Data)
+		st.LastError = "reported failed but the provider has the effect: " + msg
+	case look.Status == tool.Mismatch:
+		rule := fmt.Sprintf("the step failed and the provider holds an effect under key %s made with other arguments (%s): it is not reversed unless a person says it is this step's", st.Key, look.Result.ExternalID)
+		d := r.askResolve(dctx, n, QuestionOutcome, rule, []string{string(OutcomeFailed), string(OutcomeSucceeded)})
+		if d.Outcome == OutcomeSucceeded {
+			r.record(dctx, st.Key, ledger.Succeeded, d)
+			r.succeeded(n, d.ExternalID, nil)
+			return
+		}
+		r.record(dctx, st.Key, ledger.FailedFinal, d)
+		st.State = ledger.FailedFinal
 	}
-	r.record(ctx, st.Key, ledger.Succeeded, Decision{By: System, ExternalID: look.Result.ExternalID, Note: "reconcile found the effect of a step reported failed"})
-	msg := st.LastError
-	r.succeeded(n, look.Result.ExternalID, look.Result.Data)
-	st.LastError = "reported failed but the provider has the effect: " + msg
 }
 
 // compensate pops the saga stack: each succeeded compensable step is undone
 // by its reversal, newest first, in a disconnected context so a cancelled
 // plan still compensates. Failed reversals are escalated to a human after
 // every other reversal has run.
-func (r *run) compensate(ctx workflow.Context) {
-	ctx, _ = workflow.NewDisconnectedContext(ctx)
+func (r *run) compensate(dctx workflow.Context) {
 	if len(r.stack) == 0 {
-		r.setState(ctx, SagaFailed)
+		r.setState(dctx, SagaFailed)
 		return
 	}
-	r.setState(ctx, SagaCompensating)
+	r.setState(dctx, SagaCompensating)
 	var failed []int
 	for i := len(r.stack) - 1; i >= 0; i-- {
-		if n := r.stack[i]; !r.compensateStep(ctx, n) {
+		if n := r.stack[i]; !r.compensateStep(dctx, n) {
 			failed = append(failed, n)
 		}
 	}
 	r.stack = nil
 	for _, n := range failed {
-		r.escalateCompensation(ctx, n)
+		r.escalateCompensation(dctx, n)
 	}
 	for _, s := range r.st.Steps {
 		if s.State == ledger.CompensationFailed {
-			r.setState(ctx, SagaCompensationFailed)
+			r.setState(dctx, SagaCompensationFailed)
 			return
 		}
 	}
-	r.setState(ctx, SagaCompensated)
+	r.setState(dctx, SagaCompensated)
 }
 
 // compensateStep runs step n's reversal with key {key}:compensate through the
 // same path as any write: ledger claim, reconcile before retry, UNKNOWN
 // reconciled on the compensator's schedule. It reports success.
-func (r *run) compensateStep(ctx workflow.Context, n int) bool {
+func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	st := r.step(n)
 	spec := r.specs[st.Tool]
 	cspec := r.specs[spec.Compensator]
@@ -462,48 +529,46 @@ func (r *run) compensateStep(ctx workflow.Context, n int) bool {
 	})
 	fp, _ := plan.Fingerprint(c.Tool, args)
 	req := activities.Request{Key: c.Key, Tool: c.Tool, Args: args, Fingerprint: fp, RequestID: r.plan.RequestID}
-	out, err := r.execute(ctx, cspec, req, &c.Attempts)
+	out, err := r.execute(dctx, cspec, req, &c.Attempts)
 	if err != nil && activities.IsUnknown(err) {
 		c.State, c.LastError = ledger.Unknown, errText(err)
-		look, ok := r.reconcileUntil(ctx, cspec, req)
+		look, _, ok := r.reconcileUntil(dctx, cspec, req)
 		switch {
 		case ok && look.Status == tool.Found:
 			out, err = activities.Output{ExternalID: look.Result.ExternalID}, nil
-		case ok:
-			out, err = r.execute(ctx, cspec, req, &c.Attempts) // provably not done: once more, same key
+		case ok && look.Status == tool.Absent:
+			out, err = r.execute(dctx, cspec, req, &c.Attempts) // provably not done: once more, same key
 		}
 	}
 	if err != nil {
 		st.State, c.State, c.LastError = ledger.CompensationFailed, ledger.FailedFinal, errText(err)
 		return false
 	}
-	r.compensated(ctx, n, out.ExternalID, Decision{By: System, Note: "reversed by " + c.Key})
+	st.State, c.State, c.ExternalID, c.LastError = ledger.Compensated, ledger.Succeeded, out.ExternalID, ""
+	r.transition(dctx, st.Key, ledger.Compensated, "")
 	return true
-}
-
-func (r *run) compensated(ctx workflow.Context, n int, externalID string, d Decision) {
-	st := r.step(n)
-	st.State, st.Compensation.State, st.Compensation.ExternalID, st.Compensation.LastError = ledger.Compensated, ledger.Succeeded, externalID, ""
-	d.ExternalID = st.ExternalID
-	r.record(ctx, st.Key, ledger.Compensated, d)
 }
 
 // escalateCompensation hands a failed reversal to a human: succeeded means it
 // was reversed by hand, retry runs the reversal again (same key), failed
 // accepts that it stays unreversed.
-func (r *run) escalateCompensation(ctx workflow.Context, n int) {
+func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 	st := r.step(n)
 	for st.State == ledger.CompensationFailed {
-		d := r.awaitResolve(ctx, n)
+		rule := fmt.Sprintf("the reversal %s of %s failed: %s", st.Compensation.Key, st.Key, st.Compensation.LastError)
+		d := r.askResolve(dctx, n, QuestionReversal, rule, []string{string(OutcomeSucceeded), string(OutcomeRetry), string(OutcomeFailed)})
 		switch d.Outcome {
 		case OutcomeSucceeded:
-			st.Compensation.ExternalID = d.ExternalID
-			r.compensated(ctx, n, d.ExternalID, d)
+			st.State, st.Compensation.State, st.Compensation.ExternalID = ledger.Compensated, ledger.Succeeded, d.ExternalID
+			r.record(dctx, st.Key, ledger.Compensated, d)
 			return
 		case OutcomeRetry:
-			r.compensateStep(ctx, n)
+			// The reversal's row is final in the ledger: the person's
+			// decision reopens it, so the retry reaches the provider.
+			r.record(dctx, st.Compensation.Key, ledger.Pending, d)
+			r.compensateStep(dctx, n)
 		default:
-			r.record(ctx, st.Key, ledger.CompensationFailed, d)
+			r.record(dctx, st.Key, ledger.CompensationFailed, d)
 			return
 		}
 	}

@@ -10,15 +10,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -29,6 +28,9 @@ type harness struct {
 	p      *provider
 	ledger ledger.Store
 	reg    *tool.Registry
+	acts   *activities.Activities
+	// operators, when set, makes the saga verify signed decisions.
+	operators workflows.Verifier
 }
 
 func newHarness(t *testing.T) *harness {
@@ -45,12 +47,8 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) env() *testsuite.TestWorkflowEnvironment {
 	h.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := h.NewTestWorkflowEnvironment()
-	saga := &workflows.Saga{Specs: h.reg.Specs()}
-	env.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
-	acts := &activities.Activities{Tools: h.reg, Ledger: h.ledger}
-	env.RegisterActivityWithOptions(acts.ExecuteTool, activity.RegisterOptions{Name: activities.ExecuteToolName})
-	env.RegisterActivityWithOptions(acts.ReconcileTool, activity.RegisterOptions{Name: activities.ReconcileToolName})
-	env.RegisterActivityWithOptions(acts.RecordOutcome, activity.RegisterOptions{Name: activities.RecordName})
+	h.acts = &activities.Activities{Tools: h.reg, Ledger: h.ledger}
+	sagaworker.Register(env, &workflows.Saga{Specs: h.reg.Specs(), Operators: h.operators}, h.acts)
 	return env
 }
 
@@ -250,7 +248,8 @@ func TestUnknownWithoutLookupWaitsForResolve(t *testing.T) {
 		}, time.Hour)
 		st := run(t, env, newPlan("s8", step("charge", "o1", 100)))
 		require.Equal(t, ledger.NeedsHuman, seen.Steps[0].State)
-		require.Contains(t, seen.Steps[0].LastError, "outcome unknown after reconciling for 15m0s")
+		require.Contains(t, seen.Steps[0].LastError, "outcome unknown: reconciled")
+		require.Contains(t, seen.Steps[0].LastError, "over 15m0s")
 		require.Equal(t, workflows.SagaSucceeded, st.State)
 		// charge is an idempotent write: the provider kept one effect.
 		require.Equal(t, 1, h.p.count("charge"))
@@ -338,16 +337,16 @@ func TestResultsAreSanitized(t *testing.T) {
 func TestActivityOptionsFollowTheClass(t *testing.T) {
 	for _, c := range tool.Classes {
 		spec := tool.Spec{Name: "x", Class: c, Timeout: 7 * time.Second}
-		o := workflows.ActivityOptions(spec, "k:1:1:x")
+		o := workflows.ActivityOptions(spec, "k:1:1:x", "")
 		want := tool.DefaultRetry(c)
 		require.Equal(t, "k:1:1:x", o.ActivityID)
 		require.Equal(t, 7*time.Second, o.StartToCloseTimeout)
 		require.Equal(t, want.MaxAttempts, o.RetryPolicy.MaximumAttempts, c)
 		require.Equal(t, want.InitialInterval, o.RetryPolicy.InitialInterval, c)
 	}
-	require.EqualValues(t, 3, workflows.ActivityOptions(tool.Spec{Class: tool.Read}, "k").RetryPolicy.MaximumAttempts)
-	require.Equal(t, 200*time.Millisecond, workflows.ActivityOptions(tool.Spec{Class: tool.Read}, "k").RetryPolicy.InitialInterval)
-	require.Equal(t, 500*time.Millisecond, workflows.ActivityOptions(tool.Spec{Class: tool.IdempotentWrite}, "k").RetryPolicy.InitialInterval)
+	require.EqualValues(t, 3, workflows.ActivityOptions(tool.Spec{Class: tool.Read}, "k", "").RetryPolicy.MaximumAttempts)
+	require.Equal(t, 200*time.Millisecond, workflows.ActivityOptions(tool.Spec{Class: tool.Read}, "k", "").RetryPolicy.InitialInterval)
+	require.Equal(t, 500*time.Millisecond, workflows.ActivityOptions(tool.Spec{Class: tool.IdempotentWrite}, "k", "").RetryPolicy.InitialInterval)
 	override := tool.Spec{Class: tool.IdempotentWrite, Retry: &tool.RetryPolicy{MaxAttempts: 5, InitialInterval: time.Second, BackoffCoefficient: 3}}
-	require.EqualValues(t, 5, workflows.ActivityOptions(override, "k").RetryPolicy.MaximumAttempts)
+	require.EqualValues(t, 5, workflows.ActivityOptions(override, "k", "").RetryPolicy.MaximumAttempts)
 }

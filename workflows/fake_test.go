@@ -21,6 +21,14 @@ type provider struct {
 	calls   []string          // "tool key" in call order
 	looks   []string          // keys reconciled, in order
 	faults  map[string][]string
+	// lookupDown makes every lookup answer unknown until cleared.
+	lookupDown bool
+}
+
+func (p *provider) setLookupDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lookupDown = down
 }
 
 type effect struct {
@@ -99,6 +107,8 @@ func (t *fakeTool) Execute(ctx context.Context, c tool.Call) (tool.Result, error
 		return tool.Result{}, tool.Fail(tool.KindUnavailable, "http_503", errors.New("503"))
 	case "not_sent":
 		return tool.Result{}, tool.Fail(tool.KindNotSent, "dial", errors.New("connection refused"))
+	case "lost_request": // sent, lost before the provider committed
+		return tool.Result{}, fmt.Errorf("write request: %w", context.DeadlineExceeded)
 	}
 	if t.spec.Class == tool.Read {
 		return tool.Result{Data: json.RawMessage(`{"ok":true}`)}, nil
@@ -126,7 +136,7 @@ func (t *fakeTool) Reconcile(ctx context.Context, key string) (tool.Lookup, erro
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.looks = append(p.looks, key)
-	if p.next(t.spec.Name+".lookup") == "lookup_unknown" {
+	if p.lookupDown || p.next(t.spec.Name+".lookup") == "lookup_unknown" {
 		return tool.Lookup{Status: tool.Unknown}, nil
 	}
 	if e, ok := p.effects[key]; ok {
@@ -168,6 +178,7 @@ func tools(p *provider) []tool.Tool {
 	refund := specOf("refund", tool.NonIdempotentWrite)
 	refund.Approval = &tool.Approval{Field: "amount_minor", AboveMinor: 50000}
 	refund.Compensator = "charge_reverse"
+	refund.Guard = &tool.Guard{Scope: "refund-per-order", Fields: []string{"order_id"}, Hold: true}
 	rev := func(name string) tool.Spec {
 		s := tool.Spec{Name: name, Class: tool.IdempotentWrite, Reversal: true, Timeout: 10 * time.Second}
 		return s

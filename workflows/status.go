@@ -189,9 +189,14 @@ type Decision struct {
 	SentAt     time.Time `json:"sent_at,omitzero"`
 	At         time.Time `json:"at"` // when it was applied (or refused)
 	Approved   bool      `json:"approved,omitempty"`
-	Outcome    Outcome   `json:"outcome,omitempty"`
-	ExternalID string    `json:"external_id,omitempty"`
-	Note       string    `json:"note,omitempty"`
+	// Override: the approval lets the call through a clash on its card.
+	Override   bool    `json:"override,omitempty"`
+	Outcome    Outcome `json:"outcome,omitempty"`
+	ExternalID string  `json:"external_id,omitempty"`
+	Note       string  `json:"note,omitempty"`
+	// Assertion: a person's "succeeded" for a tool that cannot look
+	// itself up, recorded as that person's word (not checked).
+	Assertion bool `json:"assertion,omitempty"`
 	// Refused says why the signal was not accepted, for example a stale
 	// fingerprint. Empty for accepted decisions.
 	Refused string `json:"refused,omitempty"`
@@ -236,6 +241,9 @@ type Status struct {
 	State           SagaState    `json:"state"`
 	Error           string       `json:"error,omitempty"`
 	Steps           []StepStatus `json:"steps"`
+	// LedgerErrors lists ledger writes of the workflow that failed after
+	// their retries (the ledger and this status may disagree on them).
+	LedgerErrors []string `json:"ledger_errors,omitempty"`
 	// Questions are the open questions, oldest first.
 	Questions []Question `json:"questions,omitempty"`
 }

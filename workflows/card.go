@@ -1,0 +1,191 @@
+package workflows
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/redact"
+	"github.com/agentsaga/agentsaga/tool"
+)
+
+// card builds the approval card of a question on step n: what changes, where,
+// on which object, how much, who asked, which rule, and what already ran on
+// the same object.
+func (r *run) card(n int, rule string, rep activities.GuardReport) Card {
+	st := r.step(n)
+	spec := r.specs[st.Tool]
+	args := r.plan.Steps[n-1].Args
+	c := Card{
+		Change: strings.TrimSpace(spec.Name + ": " + spec.Description), System: spec.System,
+		Object: objectOf(spec, args), RequestID: r.plan.RequestID, RequestedBy: r.plan.RequestedBy,
+		Session: r.plan.SessionID, Rule: rule, Clash: rep.Clash, Key: st.Key,
+	}
+	if minor, cur := amountOf(spec, args); minor != 0 || cur != "" {
+		c.AmountMinor, c.Currency, c.Amount = minor, cur, formatMinor(minor, cur)
+	}
+	for _, op := range rep.Others {
+		c.AlreadyRan = append(c.AlreadyRan, alreadyRan(c.Object, op))
+	}
+	return redactCard(c)
+}
+
+func alreadyRan(object string, op ledger.Operation) string {
+	what := op.ActionType
+	if op.Summary != "" {
+		what = op.Summary
+	}
+	return fmt.Sprintf("%s: %s by %s (%s, %s)", object, what, op.Key, op.Status, op.CreatedAt.Format("2006-01-02 15:04Z07:00"))
+}
+
+// redactCard masks anything secret-shaped a card could carry from args.
+func redactCard(c Card) Card {
+	c.Object, c.RequestID, c.RequestedBy = redact.String(c.Object), redact.String(c.RequestID), redact.String(c.RequestedBy)
+	c.Rule, c.Clash = redact.String(c.Rule), redact.String(c.Clash)
+	for i, s := range c.AlreadyRan {
+		c.AlreadyRan[i] = redact.String(s)
+	}
+	return c
+}
+
+// objectOf names the business object of a call: the guard's fields, else the
+// first required string argument.
+func objectOf(spec tool.Spec, args json.RawMessage) string {
+	obj, _ := tool.DecodeObject(args)
+	var fields []string
+	if spec.Guard != nil {
+		fields = spec.Guard.Fields
+	} else {
+		for _, f := range spec.Args.Fields {
+			if f.Type == tool.String && f.Required {
+				fields = []string{f.Name}
+				break
+			}
+		}
+	}
+	var parts []string
+	for _, f := range fields {
+		if v, ok := obj[f]; ok {
+			parts = append(parts, fmt.Sprintf("%s %v", f, v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// amountOf returns the first money argument and the currency argument.
+func amountOf(spec tool.Spec, args json.RawMessage) (int64, string) {
+	var minor int64
+	for _, f := range spec.Args.Fields {
+		if f.Type == tool.Money {
+			if v, ok := tool.Int(args, f.Name); ok {
+				minor = v
+				break
+			}
+		}
+	}
+	obj, _ := tool.DecodeObject(args)
+	cur, _ := obj["currency"].(string)
+	return minor, strings.ToUpper(cur)
+}
+
+// minorDigits is the number of decimals of a currency's minor unit (ISO
+// 4217); 2 unless listed.
+var minorDigits = map[string]int{
+	"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0, "RWF": 0,
+	"UGX": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
+	"BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3,
+}
+
+// formatMinor renders minor units as "1,500.00 EUR" (exactly, no floats).
+func formatMinor(minor int64, currency string) string {
+	digits, ok := minorDigits[currency]
+	if !ok {
+		digits = 2
+	}
+	neg := minor < 0
+	u := uint64(minor)
+	if neg {
+		u = uint64(-minor)
+	}
+	s := strconv.FormatUint(u, 10)
+	for len(s) <= digits {
+		s = "0" + s
+	}
+	whole, frac := s[:len(s)-digits], s[len(s)-digits:]
+	var b strings.Builder
+	for i, c := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	out := b.String()
+	if digits > 0 {
+		out += "." + frac
+	}
+	if neg {
+		out = "-" + out
+	}
+	return strings.TrimSpace(out + " " + currency)
+}
+
+// summary is the one line the Temporal UI shows for a tool call: tool,
+// object, amount and key, nothing secret.
+func (r *run) summary(spec tool.Spec, req activities.Request) string {
+	parts := []string{req.Tool}
+	if o := objectOf(spec, req.Args); o != "" {
+		parts = append(parts, o)
+	}
+	if minor, cur := amountOf(spec, req.Args); minor != 0 {
+		parts = append(parts, formatMinor(minor, cur))
+	}
+	parts = append(parts, req.Key)
+	return redact.String(strings.Join(parts, " "))
+}
+
+// details sets the workflow's current details for the Temporal UI: the plan
+// as a short table and the open question with its card.
+func (r *run) details(ctx workflow.Context) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "**%s** · session %s · turn %d", r.st.State, r.plan.SessionID, r.plan.Turn)
+	if r.plan.RequestID != "" {
+		fmt.Fprintf(&b, " · request %s", r.plan.RequestID)
+	}
+	b.WriteString("\n\n| step | tool | state | external id |\n|---|---|---|---|\n")
+	for _, s := range r.st.Steps {
+		state := string(s.State)
+		if s.Compensation != nil {
+			state += " (reversal " + string(s.Compensation.State) + ")"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", s.Step, s.Tool, state, s.ExternalID)
+	}
+	if q := r.q; q != nil {
+		c := q.Card
+		fmt.Fprintf(&b, "\n**Open question %s** (%s, step %d), answers: %s\n\n", q.ID, q.Kind, q.Step, strings.Join(q.Answers, ", "))
+		line := func(label, v string) {
+			if v != "" {
+				fmt.Fprintf(&b, "- %s: %s\n", label, v)
+			}
+		}
+		line("change", c.Change)
+		line("system", c.System)
+		line("object", c.Object)
+		line("amount", c.Amount)
+		line("asked by", strings.TrimSpace(strings.Join([]string{c.RequestedBy, c.RequestID, "session " + c.Session}, " ")))
+		line("rule", c.Rule)
+		line("clash", c.Clash)
+		for _, a := range c.AlreadyRan {
+			line("already ran", a)
+		}
+		line("key", c.Key)
+		if !q.ExpiresAt.IsZero() {
+			line("expires", q.ExpiresAt.Format("2006-01-02 15:04:05Z07:00"))
+		}
+	}
+	workflow.SetCurrentDetails(ctx, redact.String(b.String()))
+}

@@ -1,0 +1,571 @@
+package workflows
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/tool"
+)
+
+// Limits of a decision payload; a decision over a limit is rejected, never
+// stored.
+const (
+	MaxByLen         = 128
+	MaxNoteLen       = 2000
+	MaxExternalIDLen = 256
+	MaxQuestionIDLen = 128
+	// DoubleClickWindow: a decision without a question id that repeats the
+	// decision which closed the step's previous question within this
+	// window is a double click, applied once (decisions with a question id
+	// are matched by id instead).
+	DoubleClickWindow = time.Minute
+	// MaxClockSkew bounds how far a signed decision's sent_at may be from
+	// the workflow's time.
+	MaxClockSkew = 15 * time.Minute
+)
+
+// question is the one open wait of a plan (steps run one at a time, so at
+// most one question is open).
+type question struct {
+	Question
+	decision *Decision // set when a decision was applied
+	checking bool      // a resolve is being checked with the provider
+}
+
+// register installs the status query, the decision Updates (with
+// validators) and the signal listeners.
+func (r *run) register(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return r.st, nil }); err != nil {
+		return fmt.Errorf("register status query: %w", err)
+	}
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateApprove,
+		func(ctx workflow.Context, a ApproveSignal) (DecisionResult, error) { return r.applyApprove(ctx, a) },
+		workflow.UpdateHandlerOptions{
+			Validator:   func(ctx workflow.Context, a ApproveSignal) error { return r.checkApprove(ctx, a, true) },
+			Description: "Approve or reject the open approval question of a step.",
+		})
+	if err != nil {
+		return fmt.Errorf("register update %s: %w", UpdateApprove, err)
+	}
+	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateResolve,
+		func(ctx workflow.Context, s ResolveSignal) (DecisionResult, error) { return r.applyResolve(ctx, s) },
+		workflow.UpdateHandlerOptions{
+			Validator:   func(ctx workflow.Context, s ResolveSignal) error { return r.checkResolve(ctx, s, true) },
+			Description: "Say what happened to a step whose outcome is open, or to its failed reversal.",
+		})
+	if err != nil {
+		return fmt.Errorf("register update %s: %w", UpdateResolve, err)
+	}
+	approveCh := workflow.GetSignalChannel(ctx, SignalApprove)
+	resolveCh := workflow.GetSignalChannel(ctx, SignalResolve)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		ctx, _ = workflow.NewDisconnectedContext(ctx)
+		for {
+			var a ApproveSignal
+			approveCh.Receive(ctx, &a)
+			if err := r.checkApprove(ctx, a, false); err != nil {
+				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
+				continue
+			}
+			if _, err := r.applyApprove(ctx, a); err != nil {
+				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
+			}
+		}
+	})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		ctx, _ = workflow.NewDisconnectedContext(ctx)
+		for {
+			var s ResolveSignal
+			resolveCh.Receive(ctx, &s)
+			if err := r.checkResolve(ctx, s, false); err != nil {
+				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
+				continue
+			}
+			if _, err := r.applyResolve(ctx, s); err != nil {
+				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
+			}
+		}
+	})
+	return nil
+}
+
+// decisionError is a refused decision; its message tells the sender why.
+type decisionError struct{ msg string }
+
+func (e *decisionError) Error() string { return e.msg }
+
+func refused(format string, args ...any) error {
+	return &decisionError{msg: fmt.Sprintf(format, args...)}
+}
+
+// checkText refuses a missing, oversize or unprintable field.
+func checkText(field, v string, limit int, required bool) error {
+	switch {
+	case v == "" && required:
+		return refused("%s is required: name who decides", field)
+	case len(v) > limit:
+		return refused("%s is %d bytes, the limit is %d", field, len(v), limit)
+	case !utf8.ValidString(v):
+		return refused("%s is not valid UTF-8", field)
+	}
+	for _, c := range v {
+		if unicode.IsControl(c) && (field == "by" || (c != '\n' && c != '\t')) {
+			return refused("%s holds a control character (%U): send plain text", field, c)
+		}
+	}
+	return nil
+}
+
+// openFor returns the open question a decision of kind for step (and
+// question id, if given) answers. dup is set when the question named was
+// already closed by the same decision.
+func (r *run) openFor(ctx workflow.Context, kinds []string, step int, qid string, same func(Decision) bool) (q *question, dup *Decision, err error) {
+	if err := checkText("question_id", qid, MaxQuestionIDLen, false); err != nil {
+		return nil, nil, err
+	}
+	if qid != "" {
+		if d, ok := r.closed[qid]; ok {
+			if same(d) {
+				return nil, &d, nil
+			}
+			return nil, nil, refused("question %s was already answered by %s at %s (%s): this decision was not applied", qid, d.By, d.At.Format(time.RFC3339), decisionWord(d))
+		}
+	}
+	if last, ok := r.lastClosed[step]; ok && qid == "" && same(last) && workflow.Now(ctx).Sub(last.At) <= DoubleClickWindow {
+		return nil, &last, nil
+	}
+	q = r.q
+	switch {
+	case q == nil:
+		return nil, nil, refused("no question is open on this plan now (state %s): nothing was applied; decisions answer only the question open when they arrive", r.st.State)
+	case qid != "" && qid != q.ID:
+		return nil, nil, refused("question %s is not open (stale or unknown); the open question is %s (step %d, %s)", qid, q.ID, q.Step, q.Kind)
+	case step != q.Step:
+		return nil, nil, refused("step %d has no open question; the open question is %s on step %d (%s)", step, q.ID, q.Step, q.Kind)
+	case !contains(kinds, q.Kind):
+		return nil, nil, refused("the open question %s on step %d asks for %s, which this decision does not answer", q.ID, q.Step, q.Kind)
+	case q.decision != nil:
+		if same(*q.decision) {
+			return nil, q.decision, nil
+		}
+		return nil, nil, refused("question %s was already answered by %s (%s): this decision was not applied", q.ID, q.decision.By, decisionWord(*q.decision))
+	case q.checking:
+		return nil, nil, refused("a decision for question %s is being checked with the provider: wait for its answer", q.ID)
+	}
+	return q, nil, nil
+}
+
+func decisionWord(d Decision) string {
+	if d.Kind == SignalApprove {
+		if d.Approved {
+			return "approved"
+		}
+		return "rejected"
+	}
+	return "resolved " + string(d.Outcome)
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// identify checks who sent a decision. With an operators file the signature
+// must verify; without one the typed name is accepted as unverified. In a
+// validator it calls the verifier directly; elsewhere through SideEffect, so
+// a replay sees the verdict the first run saw even if the file changed.
+func (r *run) identify(ctx workflow.Context, by, action string, sentAt time.Time, msg []byte, sig string, validating bool) (bool, error) {
+	v := r.saga.Operators
+	if v == nil {
+		return false, nil
+	}
+	check := func() string {
+		if sig == "" {
+			return "the worker has an operators file: sign the decision (starter --key FILE); an unsigned name is not accepted"
+		}
+		if sentAt.IsZero() {
+			return "sent_at is missing from the signed decision"
+		}
+		if err := v.Verify(by, action, msg, sig); err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	var verdict string
+	if validating {
+		verdict = check()
+	} else if err := workflow.SideEffect(ctx, func(workflow.Context) any { return check() }).Get(&verdict); err != nil {
+		return false, refused("identity check could not be read: %v", err)
+	}
+	if verdict != "" {
+		return false, refused("identity of %q not verified: %s", by, verdict)
+	}
+	if skew := workflow.Now(ctx).Sub(sentAt); skew > MaxClockSkew || skew < -MaxClockSkew {
+		return false, refused("sent_at %s is %s away from now: sign a fresh decision", sentAt.Format(time.RFC3339), skew.Round(time.Second))
+	}
+	return true, nil
+}
+
+func sameApprove(a ApproveSignal) func(Decision) bool {
+	return func(d Decision) bool {
+		return d.Kind == SignalApprove && d.By == a.By && d.Approved == a.Approved && d.Override == a.Override
+	}
+}
+
+func sameResolve(s ResolveSignal) func(Decision) bool {
+	return func(d Decision) bool {
+		return d.Kind == SignalResolve && d.By == s.By && d.Outcome == s.Outcome && (s.ExternalID == "" || d.ExternalID == s.ExternalID)
+	}
+}
+
+func (r *run) checkApprove(ctx workflow.Context, a ApproveSignal, validating bool) error {
+	_, _, err := r.approveTarget(ctx, a, validating)
+	return err
+}
+
+// approveTarget checks an approval and returns the question it answers (nil
+// with dup set for a repeated identical decision) and whether the sender's
+// identity was verified.
+func (r *run) approveTarget(ctx workflow.Context, a ApproveSignal, validating bool) (*question, bool, error) {
+	if err := checkText("by", a.By, MaxByLen, true); err != nil {
+		return nil, false, err
+	}
+	if err := checkText("reason", a.Reason, MaxNoteLen, false); err != nil {
+		return nil, false, err
+	}
+	q, dup, err := r.openFor(ctx, []string{QuestionApproval}, a.Step, a.QuestionID, sameApprove(a))
+	if err != nil || dup != nil {
+		return nil, false, err
+	}
+	if a.Fingerprint != q.Fingerprint {
+		return nil, false, refused("fingerprint %q is not step %d's %s: the arguments differ from what was shown; approve the current fingerprint", a.Fingerprint, q.Step, q.Fingerprint)
+	}
+	if a.Approved && q.Card.Clash != "" && !a.Override {
+		return nil, false, refused("the card of question %s shows a clash (%s): approve with override to let it through, or reject", q.ID, q.Card.Clash)
+	}
+	if a.Approved && r.plan.RequestedBy != "" && strings.EqualFold(strings.TrimSpace(a.By), strings.TrimSpace(r.plan.RequestedBy)) {
+		return nil, false, refused("%s requested this plan and cannot approve it (four eyes): another operator must decide", a.By)
+	}
+	verified, err := r.identify(ctx, a.By, SignalApprove, a.SentAt, a.SigningBytes(r.st.WorkflowID), a.Signature, validating)
+	if err != nil {
+		return nil, false, err
+	}
+	return q, verified, nil
+}
+
+func (r *run) applyApprove(ctx workflow.Context, a ApproveSignal) (DecisionResult, error) {
+	q, verified, err := r.approveTarget(ctx, a, false)
+	if err != nil {
+		return DecisionResult{}, err
+	}
+	if q == nil {
+		return r.duplicate(a.QuestionID, a.Step), nil
+	}
+	q.decision = &Decision{
+		Kind: SignalApprove, QuestionID: q.ID, By: a.By, Verified: verified, SentAt: a.SentAt, At: workflow.Now(ctx),
+		Approved: a.Approved, Override: a.Override, Note: a.Reason,
+	}
+	return DecisionResult{QuestionID: q.ID, Applied: true, By: a.By, Verified: verified, Message: decisionWord(*q.decision)}, nil
+}
+
+func (r *run) checkResolve(ctx workflow.Context, s ResolveSignal, validating bool) error {
+	_, _, err := r.resolveTarget(ctx, s, validating)
+	return err
+}
+
+func (r *run) resolveTarget(ctx workflow.Context, s ResolveSignal, validating bool) (*question, bool, error) {
+	if err := checkText("by", s.By, MaxByLen, true); err != nil {
+		return nil, false, err
+	}
+	if err := checkText("note", s.Note, MaxNoteLen, false); err != nil {
+		return nil, false, err
+	}
+	if err := checkText("external_id", s.ExternalID, MaxExternalIDLen, false); err != nil {
+		return nil, false, err
+	}
+	switch s.Outcome {
+	case OutcomeSucceeded, OutcomeFailed, OutcomeRetry:
+	default:
+		return nil, false, refused("outcome %q is not one of succeeded, failed, retry", s.Outcome)
+	}
+	q, dup, err := r.openFor(ctx, []string{QuestionOutcome, QuestionReversal}, s.Step, s.QuestionID, sameResolve(s))
+	if err != nil || dup != nil {
+		return nil, false, err
+	}
+	if !contains(q.Answers, string(s.Outcome)) {
+		return nil, false, refused("question %s accepts %s, not %q", q.ID, strings.Join(q.Answers, ", "), s.Outcome)
+	}
+	verified, err := r.identify(ctx, s.By, SignalResolve, s.SentAt, s.SigningBytes(r.st.WorkflowID), s.Signature, validating)
+	if err != nil {
+		return nil, false, err
+	}
+	return q, verified, nil
+}
+
+func (r *run) applyResolve(ctx workflow.Context, s ResolveSignal) (DecisionResult, error) {
+	q, verified, err := r.resolveTarget(ctx, s, false)
+	if err != nil {
+		return DecisionResult{}, err
+	}
+	if q == nil {
+		return r.duplicate(s.QuestionID, s.Step), nil
+	}
+	d := Decision{
+		Kind: SignalResolve, QuestionID: q.ID, By: s.By, Verified: verified, SentAt: s.SentAt,
+		Outcome: s.Outcome, ExternalID: s.ExternalID, Note: s.Note,
+	}
+	if q.Kind == QuestionOutcome && s.Outcome == OutcomeSucceeded {
+		if err := r.checkSucceeded(ctx, q, &d); err != nil {
+			return DecisionResult{}, err
+		}
+	}
+	d.At = workflow.Now(ctx)
+	q.decision = &d
+	return DecisionResult{QuestionID: q.ID, Applied: true, By: s.By, Verified: verified, Message: decisionWord(d)}, nil
+}
+
+// checkSucceeded checks a person's "succeeded" with the provider when the
+// tool can look itself up: the effect must exist under the key (and be the
+// external id given, if one was). For a tool without lookup the answer is
+// recorded as that person's assertion.
+func (r *run) checkSucceeded(ctx workflow.Context, q *question, d *Decision) error {
+	spec := r.specs[r.step(q.Step).Tool]
+	if spec.NoLookup {
+		d.Assertion = true
+		return nil
+	}
+	q.checking = true
+	defer func() { q.checking = false }()
+	opts := bookkeeping
+	opts.Summary = "check a person's succeeded for " + q.Key
+	opts.RetryPolicy = nil
+	opts.StartToCloseTimeout = spec.Timeout + 5*time.Second
+	var look tool.Lookup
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.LookupToolName, r.request(q.Step)).Get(ctx, &look)
+	switch {
+	case err != nil:
+		return refused("the provider could not be asked whether %s happened (%s): try again, or resolve failed/retry", q.Key, errText(err))
+	case look.Status == tool.Mismatch:
+		return refused("the provider holds an effect under %s made with other arguments (%s): it is not this step's; resolve failed or retry", q.Key, look.Result.ExternalID)
+	case look.Status != tool.Found:
+		return refused("the provider has no effect under %s (%s): %s cannot look itself up as succeeded; resolve failed or retry", q.Key, look.Status, q.Key)
+	case d.ExternalID != "" && d.ExternalID != look.Result.ExternalID:
+		return refused("the provider's effect under %s is %s, not %s: resolve with the real id", q.Key, look.Result.ExternalID, d.ExternalID)
+	}
+	d.ExternalID = look.Result.ExternalID
+	return nil
+}
+
+func (r *run) duplicate(qid string, step int) DecisionResult {
+	d, ok := r.closed[qid]
+	if !ok && r.q != nil && r.q.decision != nil {
+		d, qid = *r.q.decision, r.q.ID
+	} else if !ok {
+		d, ok = r.lastClosed[step]
+		qid = d.QuestionID
+	}
+	return DecisionResult{QuestionID: qid, Applied: false, By: d.By, Verified: d.Verified,
+		Message: fmt.Sprintf("already applied: question %s on step %d was %s by %s; nothing happened twice", qid, step, decisionWord(d), d.By)}
+}
+
+// refuse records a signal that was not applied, with the time it arrived,
+// in the step (when it names one) and in the ledger's audit trail.
+func (r *run) refuse(ctx workflow.Context, kind string, step int, qid, by string, sentAt time.Time, note string, why error) {
+	d := Decision{Kind: kind, QuestionID: clip(qid, MaxQuestionIDLen), By: clip(by, MaxByLen), SentAt: sentAt, At: workflow.Now(ctx),
+		Note: clip(note, MaxNoteLen), Refused: why.Error()}
+	workflow.GetLogger(ctx).Warn("decision refused", "step", step, "kind", kind, "reason", why.Error())
+	key := ""
+	if step >= 1 && step <= len(r.st.Steps) {
+		st := r.step(step)
+		st.Decisions = append(st.Decisions, d)
+		key = st.Key
+	}
+	r.audit(ctx, key, d, nil)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// open opens a question on step n and makes it the plan's open question.
+func (r *run) open(ctx workflow.Context, n int, kind, rule string, answers []string, rep activities.GuardReport, expires time.Duration) *question {
+	st := r.step(n)
+	r.seq++
+	q := &question{Question: Question{
+		ID: fmt.Sprintf("q%d-step%d-%s", r.seq, n, kind), Kind: kind, Step: n, Key: st.Key, Fingerprint: st.Fingerprint,
+		OpenedAt: workflow.Now(ctx), Answers: answers, Card: r.card(n, rule, rep),
+	}}
+	if expires > 0 {
+		q.ExpiresAt = q.OpenedAt.Add(expires)
+	}
+	r.q = q
+	r.st.Questions = []Question{q.Question}
+	return q
+}
+
+// close closes the open question with its decision (if any) and writes the
+// decision to the step and the ledger's audit trail.
+func (r *run) close(ctx workflow.Context, q *question, d Decision) {
+	r.q = nil
+	r.st.Questions = nil
+	r.closed[q.ID] = d
+	r.lastClosed[q.Step] = d
+	st := r.step(q.Step)
+	st.Decisions = append(st.Decisions, d)
+	st.Waiting = ""
+	key := q.Key
+	if q.Kind == QuestionReversal && st.Compensation != nil {
+		key = st.Compensation.Key
+	}
+	r.audit(ctx, key, d, &q.Card)
+	r.details(ctx)
+}
+
+func (r *run) audit(ctx workflow.Context, key string, d Decision, card *Card) {
+	rec := ledger.DecisionRecord{
+		QuestionID: d.QuestionID, Key: key, WorkflowID: r.st.WorkflowID, Kind: auditKind(d), By: d.By, Verified: d.Verified,
+		SentAt: d.SentAt, AppliedAt: d.At, Outcome: string(d.Outcome), ExternalID: d.ExternalID, Note: d.Note, Refused: d.Refused,
+	}
+	if d.Assertion {
+		rec.Note = strings.TrimSpace("(assertion: the tool cannot look itself up) " + rec.Note)
+	}
+	if card != nil {
+		rec.Card, _ = json.Marshal(card)
+	}
+	opts := bookkeeping
+	opts.Summary = "audit " + rec.Kind + " " + key
+	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.RecordDecisionName, rec).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Error("decision not written to the audit trail", "question", d.QuestionID, "error", err)
+		r.st.LedgerErrors = append(r.st.LedgerErrors, fmt.Sprintf("audit of %s: %s", d.QuestionID, errText(err)))
+	}
+}
+
+func auditKind(d Decision) string {
+	switch {
+	case d.Refused != "":
+		return "refused"
+	case d.Kind == "expire":
+		return "expire"
+	case d.Kind == SignalApprove && d.Approved && d.Override:
+		return "override"
+	case d.Kind == SignalApprove && d.Approved:
+		return "approve"
+	case d.Kind == SignalApprove:
+		return "reject"
+	}
+	return d.Kind
+}
+
+// askApproval opens an approval question for step n and waits until it is
+// answered, expires, or the plan is cancelled. It reports whether the step
+// was approved; a rejection, an expiry or a cancellation fails it.
+func (r *run) askApproval(ctx, dctx workflow.Context, n int, rule string, rep activities.GuardReport) (Decision, bool) {
+	st := r.step(n)
+	spec := r.specs[st.Tool]
+	window := spec.Approval.Expiry()
+	q := r.open(dctx, n, QuestionApproval, rule, []string{"approve", "reject"}, rep, window)
+	st.Waiting, st.LastError = "approval", "waiting for approval: "+rule
+	prev := r.st.State
+	r.setState(dctx, SagaWaitingApproval)
+	answered, err := workflow.AwaitWithTimeout(ctx, window, func() bool { return q.decision != nil })
+	var d Decision
+	switch {
+	case q.decision != nil:
+		d = *q.decision
+	case err != nil:
+		d = Decision{Kind: "expire", QuestionID: q.ID, By: System, At: workflow.Now(dctx), Note: "plan cancelled while waiting for approval"}
+	case !answered:
+		d = Decision{Kind: "expire", QuestionID: q.ID, By: System, At: workflow.Now(dctx), Note: fmt.Sprintf("approval expired after %s without an answer: counted as rejected", window)}
+	}
+	r.close(dctx, q, d)
+	r.setState(dctx, prev)
+	if d.Kind == SignalApprove && d.Approved {
+		st.LastError = ""
+		return d, true
+	}
+	st.State = ledger.FailedFinal
+	if d.Kind == SignalApprove {
+		st.LastError = fmt.Sprintf("rejected by %s: %s", d.By, d.Note)
+	} else {
+		st.LastError = d.Note
+	}
+	return d, false
+}
+
+// askResolve opens a question that only a person can close (an unknown
+// outcome, a conflict, a failed reversal) and waits for its answer. It is
+// not cancelled with the plan: an unknown stays unknown until reconciled or
+// decided by a person.
+func (r *run) askResolve(dctx workflow.Context, n int, kind, rule string, answers []string) Decision {
+	st := r.step(n)
+	if kind == QuestionOutcome {
+		st.State = ledger.NeedsHuman
+	}
+	q := r.open(dctx, n, kind, rule, answers, r.checkGuard(dctx, r.request(n)), 0)
+	st.Waiting = "resolve"
+	prev := r.st.State
+	r.setState(dctx, SagaNeedsHuman)
+	_ = workflow.Await(dctx, func() bool { return q.decision != nil })
+	d := *q.decision
+	r.close(dctx, q, d)
+	r.setState(dctx, prev)
+	return d
+}
+
+// checkGuard asks the ledger who else acts on the step's object, for the
+// card. A failure leaves the card without that line, never blocks.
+func (r *run) checkGuard(ctx workflow.Context, req activities.Request) activities.GuardReport {
+	if r.specs[req.Tool].Guard == nil {
+		return activities.GuardReport{}
+	}
+	opts := bookkeeping
+	opts.Summary = "guard check " + req.Key
+	opts.RetryPolicy = nil
+	var rep activities.GuardReport
+	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.CheckGuardName, req).Get(ctx, &rep); err != nil {
+		workflow.GetLogger(ctx).Warn("guard check failed", "key", req.Key, "error", err)
+	}
+	return rep
+}
+
+// grant stores the approval as a single-use permit for (key, fingerprint,
+// policy) and returns its id.
+func (r *run) grant(dctx workflow.Context, n int, d Decision, policy string) (string, bool) {
+	st := r.step(n)
+	// A permit id is unique per key, run and question (a reset or a new
+	// run of the same plan asks anew).
+	p := ledger.Permit{ID: st.Key + "/" + workflow.GetInfo(dctx).WorkflowExecution.RunID + "/" + d.QuestionID, Key: st.Key, RequestHash: st.Fingerprint,
+		Policy: policy, Override: d.Override, By: d.By, GrantedAt: d.At}
+	opts := bookkeeping
+	opts.Summary = "permit for " + st.Key
+	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, opts), activities.GrantPermitName, p).Get(dctx, nil); err != nil {
+		st.State, st.LastError = ledger.FailedFinal, "the approval could not be written to the ledger, nothing was called: "+errText(err)
+		return "", false
+	}
+	return p.ID, true
+}
+
+// approvalRule says which rule asks for approval of a call.
+func (r *run) approvalRule(spec tool.Spec, args json.RawMessage) string {
+	a := spec.Approval
+	if a.Always {
+		return fmt.Sprintf("approval policy of %s: every call needs approval", spec.Name)
+	}
+	_, cur := amountOf(spec, args)
+	return fmt.Sprintf("approval policy of %s: %s above %s (%d minor units)", spec.Name, a.Field, formatMinor(a.AboveMinor, cur), a.AboveMinor)
+}
