@@ -1,13 +1,24 @@
 // Package sagaclient is the Go API for planners and operators: start a plan
 // (attaching to the same plan, refusing a different one under the same
-// session and turn), read its status, approve and resolve its steps, and list
-// the plans that wait for a person.
+// session and turn), read its status, answer its open questions (approve and
+// resolve, sent as Temporal Updates, signed with an operator key when one is
+// configured), cancel it, and list the plans that wait for a person.
+//
+// Cancel asks the workflow to stop: it compensates what it did (reversals run
+// in a disconnected context). Terminating a workflow (temporal workflow
+// terminate, or the UI's Terminate button) does NOT compensate: it stops the
+// history at once and leaves every effect in place; use it only on a plan
+// whose effects you will reverse by hand.
 package sagaclient
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -15,7 +26,9 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -26,6 +39,8 @@ type Client struct {
 	c         client.Client
 	taskQueue string
 	catalog   tool.Catalog
+	key       *operators.Key
+	now       func() time.Time
 }
 
 // Options configure a Client.
@@ -35,6 +50,14 @@ type Options struct {
 	// Catalog, when set, validates plans before they are sent, so bad
 	// input is refused with every problem named and nothing started.
 	Catalog tool.Catalog
+	// Key, when set, signs every decision (see package operators): By
+	// becomes the key's name, SentAt the current time, and Signature
+	// covers the decision's SigningBytes. Without a key the decision
+	// carries the typed By, which the workflow records as unverified (or
+	// refuses, when the worker has an operators file).
+	Key *operators.Key
+	// Now is the clock for SentAt; nil means time.Now.
+	Now func() time.Time
 }
 
 // New returns a Client over c.
@@ -42,7 +65,10 @@ func New(c client.Client, o Options) *Client {
 	if o.TaskQueue == "" {
 		o.TaskQueue = workflows.TaskQueue
 	}
-	return &Client{c: c, taskQueue: o.TaskQueue, catalog: o.Catalog}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Client{c: c, taskQueue: o.TaskQueue, catalog: o.Catalog, key: o.Key, now: o.Now}
 }
 
 // ConflictError is returned when a different plan is started under a
@@ -146,58 +172,229 @@ func (c *Client) Wait(ctx context.Context, workflowID string) (workflows.Status,
 	return s, nil
 }
 
-// Approve sends an `approve` signal. When a.Fingerprint is empty the step's
-// current fingerprint is read from the status first, so the approval binds
-// to the arguments the operator saw.
-func (c *Client) Approve(ctx context.Context, workflowID string, a workflows.ApproveSignal) error {
-	if a.By == "" {
-		return errors.New("approve: by is required: name who decided")
-	}
-	if a.Fingerprint == "" {
-		s, err := c.Status(ctx, workflowID)
-		if err != nil {
-			return err
-		}
-		if a.Step < 1 || a.Step > len(s.Steps) {
-			return fmt.Errorf("approve: step %d does not exist: %s has steps 1 to %d", a.Step, workflowID, len(s.Steps))
-		}
-		a.Fingerprint = s.Steps[a.Step-1].Fingerprint
-	}
-	if err := c.c.SignalWorkflow(ctx, workflowID, "", workflows.SignalApprove, a); err != nil {
-		return fmt.Errorf("signal approve to %s: %w", workflowID, err)
-	}
-	return nil
+// ErrNoOpenQuestion is returned by Approve and Resolve when the step has no
+// open question a decision could answer. Nothing is queued for later: decide
+// when the status shows the question.
+var ErrNoOpenQuestion = errors.New("no open question")
+
+// RejectedError is a decision the workflow's validator refused: not the open
+// question, a stale question id or fingerprint, a bad identity or signature,
+// and so on. Reason is the workflow's own words. Nothing was applied.
+type RejectedError struct {
+	WorkflowID string
+	Update     string // approve or resolve
+	QuestionID string
+	Reason     string
 }
 
-// Resolve sends a `resolve` signal deciding a step that waits for a human.
-func (c *Client) Resolve(ctx context.Context, workflowID string, r workflows.ResolveSignal) error {
-	if r.By == "" {
-		return errors.New("resolve: by is required: name who decided")
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("%s refused by %s (question %s): %s", e.Update, e.WorkflowID, e.QuestionID, e.Reason)
+}
+
+// DecisionUpdateID is the Update ID of a decision: the same decision (same
+// question, same decider, same answer) always gets the same ID, so a double
+// click is one Update and is applied once.
+func DecisionUpdateID(questionID, by, answer string) string {
+	id := "decision:" + questionID + ":" + by + ":" + answer
+	if len(id) > 400 {
+		sum := sha256.Sum256([]byte(id))
+		id = "decision:sha256:" + hex.EncodeToString(sum[:])
 	}
+	return id
+}
+
+func approveAnswer(a workflows.ApproveSignal) string {
+	ans := "reject"
+	if a.Approved {
+		ans = "approve"
+	}
+	if a.Override {
+		ans += "+override"
+	}
+	return ans
+}
+
+func resolveAnswer(r workflows.ResolveSignal) string {
+	ans := string(r.Outcome)
+	if r.ExternalID != "" {
+		ans += "=" + r.ExternalID
+	}
+	return ans
+}
+
+// openQuestion finds the question a decision about step answers: the one
+// named id when id is given, else the step's open question of one of kinds.
+func openQuestion(s workflows.Status, step int, id string, kinds ...string) (workflows.Question, bool) {
+	for _, q := range s.Questions {
+		if id != "" {
+			if q.ID == id {
+				return q, true
+			}
+			continue
+		}
+		if q.Step == step && slices.Contains(kinds, q.Kind) {
+			return q, true
+		}
+	}
+	return workflows.Question{}, false
+}
+
+func (c *Client) identify(by string) (string, error) {
+	if c.key != nil {
+		if by != "" && by != c.key.Name {
+			return "", fmt.Errorf("by %q differs from the key's operator %q: a signed decision is made by the key's owner; drop --by", by, c.key.Name)
+		}
+		return c.key.Name, nil
+	}
+	if err := operators.ValidName(by); err != nil {
+		return "", fmt.Errorf("by: %w (name who decides, or sign with an operator key)", err)
+	}
+	return by, nil
+}
+
+// Approve answers the open approval question of step a.Step with an Update
+// and returns what the workflow did. When a.QuestionID or a.Fingerprint is
+// empty, the step's open approval question is read from the status first, so
+// the decision binds to the question and the arguments the operator saw; a
+// step without one returns ErrNoOpenQuestion. With a Key the decision is
+// signed. A decision the workflow refuses returns a *RejectedError with its
+// reason.
+func (c *Client) Approve(ctx context.Context, workflowID string, a workflows.ApproveSignal) (workflows.DecisionResult, error) {
+	by, err := c.identify(a.By)
+	if err != nil {
+		return workflows.DecisionResult{}, fmt.Errorf("approve: %w", err)
+	}
+	a.By = by
+	if a.QuestionID == "" || a.Fingerprint == "" {
+		s, err := c.Status(ctx, workflowID)
+		if err != nil {
+			return workflows.DecisionResult{}, err
+		}
+		q, ok := openQuestion(s, a.Step, a.QuestionID, workflows.QuestionApproval)
+		if !ok {
+			return workflows.DecisionResult{}, noQuestion(s, workflowID, a.Step, a.QuestionID, "approval")
+		}
+		a.Step, a.QuestionID = q.Step, q.ID
+		if a.Fingerprint == "" {
+			a.Fingerprint = q.Fingerprint
+		}
+	}
+	if c.key != nil {
+		a.SentAt = c.now().UTC()
+		a.Signature = ""
+		a.Signature = operators.Sign(c.key, a.SigningBytes(workflowID))
+	}
+	return c.decide(ctx, workflowID, workflows.UpdateApprove, a.QuestionID, DecisionUpdateID(a.QuestionID, a.By, approveAnswer(a)), a)
+}
+
+// Resolve answers the open question of step r.Step (its unknown outcome, a
+// conflict, or a failed reversal) with an Update, as Approve does.
+func (c *Client) Resolve(ctx context.Context, workflowID string, r workflows.ResolveSignal) (workflows.DecisionResult, error) {
 	switch r.Outcome {
 	case workflows.OutcomeSucceeded, workflows.OutcomeFailed, workflows.OutcomeRetry:
 	default:
-		return fmt.Errorf("resolve: outcome %q is not one of succeeded, failed, retry", r.Outcome)
+		return workflows.DecisionResult{}, fmt.Errorf("resolve: outcome %q is not one of succeeded, failed, retry", r.Outcome)
 	}
-	if err := c.c.SignalWorkflow(ctx, workflowID, "", workflows.SignalResolve, r); err != nil {
-		return fmt.Errorf("signal resolve to %s: %w", workflowID, err)
+	by, err := c.identify(r.By)
+	if err != nil {
+		return workflows.DecisionResult{}, fmt.Errorf("resolve: %w", err)
+	}
+	r.By = by
+	if r.QuestionID == "" {
+		s, err := c.Status(ctx, workflowID)
+		if err != nil {
+			return workflows.DecisionResult{}, err
+		}
+		q, ok := openQuestion(s, r.Step, "", workflows.QuestionOutcome, workflows.QuestionReversal)
+		if !ok {
+			return workflows.DecisionResult{}, noQuestion(s, workflowID, r.Step, "", "outcome or reversal")
+		}
+		r.QuestionID = q.ID
+	}
+	if c.key != nil {
+		r.SentAt = c.now().UTC()
+		r.Signature = ""
+		r.Signature = operators.Sign(c.key, r.SigningBytes(workflowID))
+	}
+	return c.decide(ctx, workflowID, workflows.UpdateResolve, r.QuestionID, DecisionUpdateID(r.QuestionID, r.By, resolveAnswer(r)), r)
+}
+
+func noQuestion(s workflows.Status, workflowID string, step int, id, kind string) error {
+	if id != "" {
+		return fmt.Errorf("%w: question %s is not open in %s (plan state %s); run `starter status %s` for the open questions", ErrNoOpenQuestion, id, workflowID, s.State, workflowID)
+	}
+	state := "does not exist"
+	if step >= 1 && step <= len(s.Steps) {
+		state = "is " + string(s.Steps[step-1].State)
+	}
+	return fmt.Errorf("%w: step %d of %s has no open %s question (the step %s, the plan is %s); nothing is queued for later: decide when `starter status %s` shows the question", ErrNoOpenQuestion, step, workflowID, kind, state, s.State, workflowID)
+}
+
+func (c *Client) decide(ctx context.Context, workflowID, name, questionID, updateID string, arg any) (workflows.DecisionResult, error) {
+	var res workflows.DecisionResult
+	h, err := c.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		UpdateID:     updateID,
+		WorkflowID:   workflowID,
+		UpdateName:   name,
+		Args:         []any{arg},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(ctx, &res)
+	}
+	var app *temporal.ApplicationError
+	var notFound *serviceerror.NotFound
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.As(err, &app):
+		return res, &RejectedError{WorkflowID: workflowID, Update: name, QuestionID: questionID, Reason: app.Message()}
+	case errors.As(err, &notFound):
+		return res, fmt.Errorf("%s to %s: the plan is not running (finished, or no such workflow ID), so no question is open: %w", name, workflowID, err)
+	case ctx.Err() != nil:
+		return res, fmt.Errorf("%s to %s: no answer before the deadline; is a worker polling task queue %s? %w", name, workflowID, c.taskQueue, err)
+	}
+	return res, fmt.Errorf("%s to %s: %w", name, workflowID, err)
+}
+
+// Cancel asks the plan to stop. The workflow compensates what it did
+// (reversals newest first) and ends compensated, or compensation_failed for a
+// human to decide. Terminate, by contrast, does not compensate (see the
+// package documentation).
+func (c *Client) Cancel(ctx context.Context, workflowID string) error {
+	if err := c.c.CancelWorkflow(ctx, workflowID, ""); err != nil {
+		var notFound *serviceerror.NotFound
+		if errors.As(err, &notFound) {
+			return fmt.Errorf("cancel %s: the plan is not running (finished, or no such workflow ID); nothing to cancel: %w", workflowID, err)
+		}
+		return fmt.Errorf("cancel %s: %w", workflowID, err)
 	}
 	return nil
 }
 
 // Escalation is a plan that waits for a person.
 type Escalation struct {
-	WorkflowID string                 `json:"workflow_id"`
-	Since      time.Time              `json:"started_at"`
-	State      workflows.SagaState    `json:"state"`
-	Steps      []workflows.StepStatus `json:"waiting_steps"`
+	WorkflowID string              `json:"workflow_id"`
+	Since      time.Time           `json:"started_at"`
+	State      workflows.SagaState `json:"state"`
+	// OpenSince is when the oldest open question was opened (the plan's
+	// start when the status could not be read or lists no question).
+	OpenSince time.Time `json:"open_since"`
+	// Questions are the open questions, oldest first, each with its card.
+	Questions []workflows.Question `json:"questions"`
+	// Steps are the steps that wait.
+	Steps []workflows.StepStatus `json:"waiting_steps"`
+	// StatusError says why the status could not be read (no worker, for
+	// example); the plan is listed anyway.
+	StatusError string `json:"status_error,omitempty"`
 }
 
 // Escalations lists running plans that wait for a person, found through the
-// search attribute AgentSagaNeedsHuman.
+// search attribute AgentSagaNeedsHuman, with their open questions, sorted by
+// the age of their oldest open question, oldest first.
 func (c *Client) Escalations(ctx context.Context) ([]Escalation, error) {
 	q := fmt.Sprintf("%s = true AND ExecutionStatus = 'Running'", workflows.SearchAttrNeedsHuman)
-	var out []Escalation
+	out := []Escalation{}
 	var token []byte
 	for {
 		resp, err := c.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token})
@@ -206,20 +403,51 @@ func (c *Client) Escalations(ctx context.Context) ([]Escalation, error) {
 		}
 		for _, e := range resp.GetExecutions() {
 			id := e.GetExecution().GetWorkflowId()
-			esc := Escalation{WorkflowID: id, Since: e.GetStartTime().AsTime()}
-			if s, err := c.Status(ctx, id); err == nil {
-				esc.State = s.State
-				for _, st := range s.Steps {
-					if st.Waiting != "" {
-						esc.Steps = append(esc.Steps, st)
-					}
-				}
-			}
+			since := e.GetStartTime().AsTime()
+			s, err := c.Status(ctx, id)
+			esc := escalation(id, since, s, err)
 			out = append(out, esc)
 		}
 		token = resp.GetNextPageToken()
 		if len(token) == 0 {
+			SortEscalations(out)
 			return out, nil
 		}
 	}
+}
+
+func escalation(id string, since time.Time, s workflows.Status, err error) Escalation {
+	esc := Escalation{WorkflowID: id, Since: since, OpenSince: since, Questions: []workflows.Question{}}
+	if err != nil {
+		esc.StatusError = err.Error()
+		return esc
+	}
+	esc.State = s.State
+	for _, st := range s.Steps {
+		if st.Waiting != "" {
+			esc.Steps = append(esc.Steps, st)
+		}
+	}
+	esc.Questions = append(esc.Questions, s.Questions...)
+	var oldest time.Time
+	for _, q := range s.Questions {
+		if !q.OpenedAt.IsZero() && (oldest.IsZero() || q.OpenedAt.Before(oldest)) {
+			oldest = q.OpenedAt
+		}
+	}
+	if !oldest.IsZero() {
+		esc.OpenSince = oldest
+	}
+	return esc
+}
+
+// SortEscalations orders escalations by the age of their oldest open
+// question, oldest first (ties by workflow ID, so the order is stable).
+func SortEscalations(list []Escalation) {
+	sort.SliceStable(list, func(i, j int) bool {
+		if !list[i].OpenSince.Equal(list[j].OpenSince) {
+			return list[i].OpenSince.Before(list[j].OpenSince)
+		}
+		return list[i].WorkflowID < list[j].WorkflowID
+	})
 }
