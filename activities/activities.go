@@ -165,7 +165,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 
 	res, err := t.Execute(ctx, call)
 	if err == nil {
-		if diff := tool.Differences(t, req.Args, res); len(diff) > 0 {
+		if diff := answerDifferences(t, req.Args, res); len(diff) > 0 {
 			// An upsert by key answered with an effect someone made with
 			// other arguments: it is not this step's effect.
 			log.Warn("provider answered with an effect made with other arguments", "external_id", res.ExternalID, "differences", diff)
@@ -178,6 +178,17 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	log.Info("write failed", "kind", kind, "code", tool.CodeOf(err))
 	a.completeQuietly(ctx, req, executor, ledgerStatus(kind), string(kind)+":"+tool.CodeOf(err))
 	return Output{}, Classify(spec.Class, info.Attempt, err)
+}
+
+// answerDifferences checks a provider's successful answer against the call:
+// an upsert by key may answer with an effect made before with other
+// arguments. Only an answer that is a JSON object is checked; a provider that
+// answers with nothing did what it was asked.
+func answerDifferences(t tool.Tool, args json.RawMessage, res tool.Result) []string {
+	if obj, err := tool.DecodeObject(res.Data); err != nil || len(obj) == 0 {
+		return nil
+	}
+	return tool.Differences(t, args, res)
 }
 
 // ledgerStatus is what the ledger records for a failed attempt: only a
