@@ -141,6 +141,9 @@ func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
 
 	for n := 1; n <= len(p.Steps); n++ {
 		if ctx.Err() != nil {
+			for ; n <= len(p.Steps); n++ {
+				r.step(n).LastError = "not run: the plan was cancelled"
+			}
 			break
 		}
 		if r.runStep(ctx, dctx, n) {

@@ -327,7 +327,9 @@ func (r *run) applyResolve(ctx workflow.Context, s ResolveSignal) (DecisionResul
 		Outcome: s.Outcome, ExternalID: s.ExternalID, Note: s.Note,
 	}
 	if q.Kind == QuestionOutcome && s.Outcome == OutcomeSucceeded {
-		if err := r.checkSucceeded(ctx, q, &d); err != nil {
+		// A cancelled plan still takes decisions on its open questions.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		if err := r.checkSucceeded(dctx, q, &d); err != nil {
 			return DecisionResult{}, err
 		}
 	}

@@ -1,0 +1,160 @@
+package workflows_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// runCancelled runs p and expects it to end cancelled, returning its status.
+func runCancelled(t *testing.T, env *testsuite.TestWorkflowEnvironment, p plan.Plan) workflows.Status {
+	t.Helper()
+	env.ExecuteWorkflow(workflows.WorkflowName, p)
+	require.True(t, env.IsWorkflowCompleted())
+	var ce *temporal.CanceledError
+	require.ErrorAs(t, env.GetWorkflowError(), &ce, "%v", env.GetWorkflowError())
+	return status(t, env)
+}
+
+// Cancelling a plan while a write is in flight lets the call finish, and the
+// effect it made is reversed like the others: none is dropped.
+func TestCancelWhileAWriteIsInFlightReversesItsEffect(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityID == "c1:1:2:invoice" {
+			env.CancelWorkflow()
+		}
+	})
+	st := runCancelled(t, env, newPlan("c1", step("charge", "o1", 100), step("invoice", "o1", 100), step("ship", "o1", 100)))
+	require.Equal(t, workflows.SagaCompensated, st.State)
+	require.Equal(t, ledger.Compensated, st.Steps[1].State, "the call in flight finished and was reversed")
+	require.Equal(t, ledger.Compensated, st.Steps[0].State)
+	require.Equal(t, ledger.Pending, st.Steps[2].State, "never run")
+	require.Contains(t, st.Steps[2].LastError, "cancelled")
+	require.Empty(t, h.p.callsOf("ship"), "nothing new starts after the cancel")
+	require.Equal(t, 1, h.p.count("invoice_storno"))
+	require.Equal(t, 1, h.p.count("charge_reverse"))
+	op, err := h.ledger.Get(context.Background(), "c1:1:2:invoice")
+	require.NoError(t, err)
+	require.Equal(t, ledger.Compensated, op.Status, "ledger and provider agree")
+}
+
+// A cancel while a step's outcome is unknown does not decide it: the step
+// waits for reconcile or a person, and only then does the plan compensate.
+func TestCancelWhileUnknownKeepsItUnknown(t *testing.T) {
+	h := newHarness(t)
+	h.p.setLookupDown(true)
+	h.p.fail("invoice", "commit_then_drop")
+	env := h.env()
+	var afterCancel workflows.Status
+	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, time.Hour)
+	env.RegisterDelayedCallback(func() {
+		afterCancel = status(t, env)
+		h.p.setLookupDown(false)
+		q := openQuestion(t, afterCancel)
+		update(env, workflows.UpdateResolve, "r", workflows.ResolveSignal{Step: 2, QuestionID: q.ID, Outcome: workflows.OutcomeSucceeded, By: "ops", Note: "found in the ERP"})
+	}, 2*time.Hour)
+	st := runCancelled(t, env, newPlan("c2", step("charge", "o1", 100), step("invoice", "o1", 100)))
+
+	require.Equal(t, ledger.NeedsHuman, afterCancel.Steps[1].State, "unknown stays unknown after a cancel")
+	require.Equal(t, ledger.Succeeded, afterCancel.Steps[0].State, "nothing was compensated while the outcome was open")
+	for _, d := range afterCancel.Steps[1].Decisions {
+		require.NotEqual(t, workflows.System, d.By, "the saga never decides an unknown outcome")
+	}
+	require.Equal(t, workflows.SagaCompensated, st.State)
+	require.Equal(t, 1, h.p.count("invoice_storno"), "the effect the person confirmed was reversed")
+	require.Equal(t, 1, h.p.count("charge_reverse"))
+}
+
+// A persistent 503 on a non-idempotent write is bounded: each call is
+// reconciled, the next waits longer, and after maxCalls the step fails and
+// the plan compensates.
+func TestPersistentOutageIsBoundedAndBacksOff(t *testing.T) {
+	h := newHarness(t)
+	for range 100 {
+		h.p.fail("refund", "unavailable")
+	}
+	env := h.env()
+	start := env.Now()
+	st := run(t, env, newPlan("c3", step("charge", "o1", 100), step("refund", "o1", 100)))
+	require.Equal(t, workflows.SagaCompensated, st.State)
+	require.Len(t, h.p.callsOf("refund"), 5, "bounded: five calls, not hundreds")
+	require.Contains(t, st.Steps[1].LastError, "gave up after 5 calls")
+	require.GreaterOrEqual(t, env.Now().Sub(start), 30*time.Second, "the calls backed off (2+4+8+16 s at least)")
+	op, err := h.ledger.Get(context.Background(), "c3:1:2:refund")
+	require.NoError(t, err)
+	require.Equal(t, ledger.FailedFinal, op.Status, "the given-up row no longer holds the order's guard")
+}
+
+// A person's "retry" of a rejected reversal reaches the provider.
+func TestResolveRetryOfARejectedReversalCallsAgain(t *testing.T) {
+	h := newHarness(t)
+	h.p.fail("ship", "reject")
+	h.p.fail("charge_reverse", "reject")
+	env := h.env()
+	env.RegisterDelayedCallback(func() {
+		q := openQuestion(t, status(t, env))
+		update(env, workflows.UpdateResolve, "r", workflows.ResolveSignal{Step: 1, QuestionID: q.ID, Outcome: workflows.OutcomeRetry, By: "ops"})
+	}, time.Hour)
+	st := run(t, env, newPlan("c4", step("charge", "o1", 100), step("ship", "o1", 100)))
+	require.Equal(t, workflows.SagaCompensated, st.State)
+	require.Len(t, h.p.callsOf("charge_reverse"), 2)
+	require.Equal(t, 1, h.p.count("charge_reverse"))
+}
+
+// Machine transitions (compensated) keep the person's decision on the row.
+func TestCompensationKeepsTheHumanRecord(t *testing.T) {
+	h := newHarness(t)
+	h.p.setLookupDown(true)
+	h.p.fail("charge", "commit_then_drop")
+	h.p.fail("ship", "reject")
+	env := h.env()
+	env.RegisterDelayedCallback(func() {
+		h.p.setLookupDown(false)
+		q := openQuestion(t, status(t, env))
+		update(env, workflows.UpdateResolve, "r", workflows.ResolveSignal{Step: 1, QuestionID: q.ID, Outcome: workflows.OutcomeSucceeded, By: "ops", Note: "seen at the acquirer"})
+	}, time.Hour)
+	st := run(t, env, newPlan("c5", step("charge", "o1", 100), step("ship", "o1", 100)))
+	require.Equal(t, workflows.SagaCompensated, st.State)
+	op, err := h.ledger.Get(context.Background(), "c5:1:1:charge")
+	require.NoError(t, err)
+	require.Equal(t, ledger.Compensated, op.Status)
+	require.Equal(t, "ops", op.ResolvedBy, "the operator's name survives the machine transition")
+}
+
+// An activity that timed out (the worker hung or died after the provider
+// committed) is UNKNOWN, reconciled, and never an ordinary failure.
+func TestWriteTimeoutIsUnknownNotFailed(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	timedOut := false
+	env.OnActivity(activities.ExecuteToolName, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, req activities.Request) (activities.Output, error) {
+			out, err := h.acts.ExecuteTool(ctx, req)
+			if req.Key == "c6:1:1:charge" && !timedOut {
+				timedOut = true
+				return activities.Output{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil)
+			}
+			return out, err
+		})
+	st := run(t, env, newPlan("c6", step("charge", "o1", 100), step("ship", "o1", 100)))
+	require.True(t, timedOut)
+	require.Equal(t, workflows.SagaSucceeded, st.State)
+	require.Equal(t, 1, h.p.count("charge"))
+	require.Len(t, h.p.callsOf("charge"), 1)
+	require.Empty(t, h.p.callsOf("charge_reverse"))
+}
