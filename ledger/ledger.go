@@ -69,7 +69,8 @@ const (
 	// Held: a guard or the suspected-duplicate check holds the call for a
 	// human's approval; Claim.Reason says why. The held call is stored with
 	// status needs_human, AttemptCount 0 and HoldReason set, so it is listed
-	// by Exceptions; claiming it again with Approved runs it (Execute).
+	// by Exceptions; claiming it again with a permit granted with Override
+	// runs it (Execute).
 	Held Verdict = "held"
 	// NoPermit: the request names a permit that does not exist, belongs to
 	// another key or request hash, or was consumed already. Do not call.
@@ -101,8 +102,9 @@ type Transition struct {
 	// ErrTransition and changes nothing. Empty means any state.
 	From       []Status
 	Status     Status
-	ExternalID string // kept when empty
-	ErrorCode  string // kept when empty
+	ExternalID string          // kept when empty
+	ErrorCode  string          // kept when empty
+	Result     json.RawMessage // kept when empty; sanitized like a Completion's
 }
 
 // DecisionRecord is one entry of the durable audit trail of human decisions
@@ -209,10 +211,15 @@ type Resolution struct {
 	Note       string
 }
 
-// ExceptionFilter selects the exception queue.
+// ExceptionFilter selects the exception queue: every operation that needs
+// a human or compensation_failed, plus the two below.
 type ExceptionFilter struct {
-	// UnknownOlderThan lists unknown operations older than this.
+	// UnknownOlderThan lists unknown operations unchanged for this long.
 	UnknownOlderThan time.Duration
+	// StuckFor lists in_progress operations whose lease ended this long
+	// ago (zero: as soon as it ends): an executor died and no retry took
+	// the operation over.
+	StuckFor time.Duration
 }
 
 // Store is the ledger. Every write step goes through Claim, then Complete;
@@ -230,11 +237,17 @@ type Store interface {
 	// Exceptions lists what waits for a human, oldest first.
 	Exceptions(ctx context.Context, f ExceptionFilter) ([]Operation, error)
 	// Purge removes final operations completed before the cutoff and
-	// returns how many; it never removes one that is not final.
+	// returns how many; it never removes one that is not final, nor a
+	// succeeded one that holds a guard scope (it holds it until it is
+	// compensated), nor any entry of the audit trail.
 	Purge(ctx context.Context, completedBefore time.Time) (int, error)
-	// Transition records a machine change of state (see Transition).
+	// Transition records a machine change of state (see Transition). A
+	// row that becomes failed_final or compensated no longer holds its
+	// guard scope.
 	Transition(ctx context.Context, t Transition) (Operation, error)
-	// GrantPermit stores a single-use approval permit.
+	// GrantPermit stores a single-use approval permit. Granting the same
+	// permit again is a no-op; another permit under an existing ID is an
+	// error.
 	GrantPermit(ctx context.Context, p Permit) error
 	// InScope lists the operations of a guard scope, any state, newest
 	// first, at most limit of them (for the approval card).
@@ -252,7 +265,7 @@ type Store interface {
 var ErrNotFound = errors.New("ledger: operation not found")
 
 // ErrTransition is returned by Transition when the row is in none of the
-// From states.
+// From states; the error's text names the state it is in.
 var ErrTransition = errors.New("ledger: operation is not in a state this transition starts from")
 
 // ErrLeaseLost is returned by Complete when the executor no longer holds the

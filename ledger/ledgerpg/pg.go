@@ -3,6 +3,10 @@
 // can share a database: add search_path=SCHEMA to the DSN (the schema must
 // exist). Claims never hold a transaction across a provider call; the guard
 // and duplicate checks take transaction-scoped advisory locks.
+//
+// Every time the store records or compares, lease expiry above all, is the
+// database's clock (statement_timestamp()), read in the statement that uses
+// it: workers whose clocks disagree still agree on who holds a lease.
 package ledgerpg
 
 import (
@@ -32,12 +36,15 @@ const DefaultMaxConns = 10
 type Option func(*options)
 
 type options struct {
-	clock    func() time.Time
-	maxConns int
+	clock       func() time.Time
+	workerClock func() time.Time // tests: the Go clock, while the database's clock decides
+	maxConns    int
 }
 
-// WithClock makes the store read the time from now instead of time.Now, so
-// tests decide when leases expire. The database's own clock is never used.
+// WithClock is for tests: the store reads the time from now instead of the
+// database's clock, so a test decides when leases expire. Never set it in a
+// worker: leases would then follow each worker's own clock, and a worker whose
+// clock runs ahead would take over live leases.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.clock = now } }
 
 // WithMaxConns sets the most connections the store opens (default
@@ -80,7 +87,11 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("ledgerpg: %w", err)
 	}
-	return &Store{sqlstore.New(db, dialect, o.clock)}, nil
+	d, clock := dialect, o.workerClock
+	if o.clock != nil {
+		d.DBClock, clock = false, o.clock
+	}
+	return &Store{sqlstore.New(db, d, clock)}, nil
 }
 
 // migrationLock takes a session advisory lock private to the schema the
@@ -97,10 +108,16 @@ func migrationLock(ctx context.Context, conn *sql.Conn) (func(), error) {
 	}, nil
 }
 
+// dialect: a NULL time parameter of Now and NowPlus means the database's
+// clock; WithClock passes the test's clock instead.
 var dialect = sqlstore.Dialect{
-	Name:     "postgres",
-	Numbered: true,
-	Time:     func(t time.Time) any { return t },
+	Name:      "postgres",
+	Numbered:  true,
+	Time:      func(t time.Time) any { return t },
+	TimeParam: "CAST(? AS timestamptz)",
+	Now:       "COALESCE(CAST(? AS timestamptz), statement_timestamp())",
+	NowPlus:   "(COALESCE(CAST(? AS timestamptz), statement_timestamp()) + CAST(? AS bigint) * interval '1 microsecond')",
+	DBClock:   true,
 	Lock: func(ctx context.Context, tx *sql.Tx, names []string) error {
 		sort.Strings(names) // one order, no deadlocks
 		for _, n := range names {

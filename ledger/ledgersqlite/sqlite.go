@@ -135,9 +135,14 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	return sqlstore.Migrate(ctx, db, ms, nil)
 }
 
+// dialect: SQLite runs inside the process, so the process clock is the
+// database's clock (WithClock replaces it in tests).
 var dialect = sqlstore.Dialect{
-	Name: "sqlite",
-	Time: func(t time.Time) any { return t.UnixMicro() },
+	Name:      "sqlite",
+	Time:      func(t time.Time) any { return t.UnixMicro() },
+	TimeParam: "?",
+	Now:       "?",
+	NowPlus:   "(? + ?)",
 	IsUniqueViolation: func(err error) bool {
 		var e *sqlite.Error
 		if !errors.As(err, &e) {

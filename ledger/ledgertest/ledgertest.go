@@ -155,6 +155,16 @@ func Run(t *testing.T, h Harness) {
 		{"ConcurrentGuard", testConcurrentGuard},
 		{"SuspectedDuplicateHeld", testDuplicate},
 		{"Exceptions", testExceptions},
+		{"PermitSingleUse", testPermitSingleUse},
+		{"PermitRace", testPermitRace},
+		{"PermitOverride", testPermitOverride},
+		{"GrantPermit", testGrantPermit},
+		{"TransitionKeepsResolver", testTransition},
+		{"GivenUpReleasesGuard", testGivenUpReleasesGuard},
+		{"GuardOutlivesPurge", testGuardOutlivesPurge},
+		{"Decisions", testDecisions},
+		{"TextNeverRefused", testTextNeverRefused},
+		{"InScope", testInScope},
 		{"Resolve", testResolve},
 		{"PurgeOnlyFinal", testPurge},
 		{"StatusCheckConstraint", testStatusCheck},
@@ -728,7 +738,7 @@ func testGuardHolds(t *testing.T, h Harness) {
 	// Held again on retry, until a human approves.
 	e.clock.Advance(time.Hour)
 	require.Equal(t, ledger.Held, e.claim(second).Verdict)
-	second.PermitID = "p-test"
+	second.PermitID = e.grant("q-second", second, true)
 	c = e.claim(second)
 	require.Equal(t, ledger.Execute, c.Verdict)
 	require.Equal(t, 1, c.Operation.AttemptCount)
@@ -769,9 +779,9 @@ func testDuplicate(t *testing.T, h Harness) {
 	other.ActionType = "send_email"
 	require.Equal(t, ledger.Execute, e.claim(other).Verdict)
 
-	// Approved, it runs.
+	// Approved with override, it runs.
 	approved := dup("s4:1:0:apply_refund")
-	approved.PermitID = "p-test"
+	approved.PermitID = e.grant("q-s4", approved, true)
 	require.Equal(t, ledger.Execute, e.claim(approved).Verdict)
 
 	// Outside the window it is not a duplicate any more.
@@ -791,26 +801,44 @@ func testExceptions(t *testing.T, h Harness) {
 	e.clock.Advance(time.Minute)
 	e.reach("comp-failed", ledger.CompensationFailed)
 	e.clock.Advance(time.Minute)
-	for _, st := range []ledger.Status{ledger.Succeeded, ledger.FailedFinal, ledger.Pending, ledger.InProgress, ledger.Compensated, ledger.Compensating} {
+	for _, st := range []ledger.Status{ledger.Succeeded, ledger.FailedFinal, ledger.Pending, ledger.Compensated, ledger.Compensating} {
 		e.reach("fine-"+string(st), st)
 	}
 	e.clock.Advance(9 * time.Minute)
 	e.reach("new-unknown", ledger.Unknown)
+	live := req("live")
+	live.Lease = time.Hour
+	require.Equal(t, ledger.Execute, e.claim(live).Verdict)
 	e.clock.Advance(time.Minute)
+	// held-holder's lease ended 11 minutes ago: its executor is stuck.
 
 	keys := func(f ledger.ExceptionFilter) []string {
 		ops, err := e.store.Exceptions(e.ctx, f)
 		require.NoError(t, err)
 		var ks []string
-		for _, op := range ops {
+		for i, op := range ops {
 			ks = append(ks, op.Key)
+			if i > 0 {
+				require.False(t, op.CreatedAt.Before(ops[i-1].CreatedAt), "oldest first")
+			}
 		}
 		return ks
 	}
 	// old-unknown has been unknown for 14 minutes, new-unknown for 1.
-	require.Equal(t, []string{"old-unknown", "human", "held", "comp-failed"}, keys(ledger.ExceptionFilter{UnknownOlderThan: 10 * time.Minute}))
-	require.Equal(t, []string{"old-unknown", "human", "held", "comp-failed", "new-unknown"}, keys(ledger.ExceptionFilter{UnknownOlderThan: time.Minute}))
-	require.Equal(t, []string{"human", "held", "comp-failed"}, keys(ledger.ExceptionFilter{UnknownOlderThan: time.Hour}))
+	require.Equal(t, []string{"old-unknown", "human", "held", "held-holder", "comp-failed"},
+		keys(ledger.ExceptionFilter{UnknownOlderThan: 10 * time.Minute}))
+	require.Equal(t, []string{"old-unknown", "human", "held", "held-holder", "comp-failed", "new-unknown"},
+		keys(ledger.ExceptionFilter{UnknownOlderThan: time.Minute}))
+	require.Equal(t, []string{"human", "held", "comp-failed"},
+		keys(ledger.ExceptionFilter{UnknownOlderThan: time.Hour, StuckFor: time.Hour}), "stuck for 11 minutes only")
+	require.Equal(t, []string{"human", "held", "held-holder", "comp-failed"},
+		keys(ledger.ExceptionFilter{UnknownOlderThan: time.Hour, StuckFor: 11 * time.Minute}))
+	// The live lease runs for 59 more minutes: not stuck. When it ends, it is.
+	e.clock.Advance(59*time.Minute - time.Microsecond)
+	require.NotContains(t, keys(ledger.ExceptionFilter{}), "live")
+	e.clock.Advance(time.Microsecond)
+	require.Equal(t, []string{"old-unknown", "human", "held", "held-holder", "comp-failed", "live", "new-unknown"},
+		keys(ledger.ExceptionFilter{}))
 }
 
 func testResolve(t *testing.T, h Harness) {

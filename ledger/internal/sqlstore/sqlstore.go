@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/redact"
 )
 
 // Dialect is what differs between SQL databases.
@@ -28,6 +27,19 @@ type Dialect struct {
 	// Time encodes a time parameter; Scan of a time column must accept what
 	// it stores.
 	Time func(time.Time) any
+	// TimeParam is the SQL of one time parameter ("?", or a cast where the
+	// database cannot infer the type).
+	TimeParam string
+	// Now is the SQL of the current time with one parameter: the store's Go
+	// clock, or NULL for the database's own clock. NowPlus is the same plus
+	// a second parameter in microseconds. Without DBClock the parameter is
+	// never NULL, so Now may simply be "?".
+	Now, NowPlus string
+	// DBClock makes the database's clock decide every time the store
+	// records or compares (lease expiry above all): a worker whose clock
+	// runs ahead must not take over a live lease. A driver turns it off
+	// only when a test injects a clock.
+	DBClock bool
 	// Lock serializes the guard and duplicate checks of concurrent claims
 	// inside tx, one lock per name. Nil when every transaction is already
 	// serialized (SQLite's BEGIN IMMEDIATE).
@@ -44,14 +56,15 @@ type Store struct {
 	q   queries
 }
 
-// New returns a Store on db, whose schema must be migrated. A nil clock
-// means time.Now.
+// New returns a Store on db, whose schema must be migrated. clock is the
+// store's Go clock (nil means time.Now); it is the time of every record
+// unless d.DBClock is set, when the database's clock is used instead.
 func New(db *sql.DB, d Dialect, clock func() time.Time) *Store {
 	if clock == nil {
 		clock = time.Now
 	}
 	s := &Store{db: db, d: d, now: clock}
-	s.q = newQueries(s.rebind)
+	s.q = newQueries(s.expand)
 	return s
 }
 
@@ -61,10 +74,25 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// clock returns now in UTC at the microsecond precision both databases keep.
-func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+// nowArg is the parameter of a {now} or {now+}: the Go clock in UTC at the
+// microsecond precision both databases keep, or NULL when the database's
+// clock decides.
+func (s *Store) nowArg() any {
+	if s.d.DBClock {
+		return nil
+	}
+	return s.d.Time(s.now().UTC().Truncate(time.Microsecond))
+}
 
-func (s *Store) rebind(q string) string {
+// micros is a duration parameter of a {now+}.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// expand replaces the time tokens of a query with the dialect's SQL and
+// numbers the placeholders: {now} is the current time (one parameter,
+// nowArg), {now+} the current time plus a duration (two parameters, nowArg
+// and micros), {time} a time parameter.
+func (s *Store) expand(q string) string {
+	q = strings.NewReplacer("{now+}", s.d.NowPlus, "{now}", s.d.Now, "{time}", s.d.TimeParam).Replace(q)
 	if !s.d.Numbered {
 		return q
 	}
@@ -86,7 +114,15 @@ func (s *Store) t(v time.Time) any {
 	if v.IsZero() {
 		return nil
 	}
-	return s.d.Time(v)
+	return s.d.Time(v.UTC())
+}
+
+// flag is a 0/1 parameter compared with "? = 1".
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 const columns = `operation_key, action_type, request_hash, status, attempt_count, version, external_id,
@@ -100,48 +136,77 @@ const active = `status NOT IN ('failed_final', 'compensated')`
 // and never reached a provider.
 const held = `(status = 'needs_human' AND attempt_count = 0 AND hold_reason <> '')`
 
+// final is the SQL of "? = 1" for a status parameter that is final.
+func finalFlag(st ledger.Status) int { return flag(st.Final()) }
+
 type queries struct {
-	get, exists, insert, claim, complete, resolve, exceptions, purge, guard, duplicate string
+	get, getNow, exists, insert, claim, complete, resolve, exceptions, purge, guard, duplicate, inScope string
+	permit, consume, grant, decision, decisions                                                         string
 }
 
-func newQueries(rebind func(string) string) queries {
+func newQueries(expand func(string) string) queries {
 	return queries{
-		get:    rebind(`SELECT ` + columns + ` FROM operations WHERE operation_key = ?`),
-		exists: rebind(`SELECT 1 FROM operations WHERE operation_key = ?`),
-		insert: rebind(`INSERT INTO operations (operation_key, action_type, request_hash, status, attempt_count,
+		get:    expand(`SELECT ` + columns + ` FROM operations WHERE operation_key = ?`),
+		getNow: expand(`SELECT ` + columns + `, {now} FROM operations WHERE operation_key = ?`),
+		exists: expand(`SELECT 1 FROM operations WHERE operation_key = ?`),
+		insert: expand(`INSERT INTO operations (operation_key, action_type, request_hash, status, attempt_count,
 			lease_owner, lease_until, workflow_id, run_id, request_id, guard_scope, guard_key, entity, args_hash,
 			hold_reason, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (operation_key) DO NOTHING`),
+			VALUES (?, ?, ?, ?, ?, ?, CASE WHEN ? = 1 THEN {now+} ELSE NULL END, ?, ?, ?, ?, ?, ?, ?, ?, {now}, {now})
+			ON CONFLICT (operation_key) DO NOTHING RETURNING ` + columns),
 		// claim is the conditional update: it takes the lease only if the
 		// row is still the version the verdict was decided on.
-		claim: rebind(`UPDATE operations SET status = 'in_progress', attempt_count = attempt_count + ?,
-			version = version + 1, lease_owner = ?, lease_until = ?, workflow_id = ?, run_id = ?, request_id = ?,
-			updated_at = ?
+		claim: expand(`UPDATE operations SET status = 'in_progress', attempt_count = attempt_count + ?,
+			version = version + 1, lease_owner = ?, lease_until = {now+}, workflow_id = ?, run_id = ?, request_id = ?,
+			updated_at = {now}
 			WHERE operation_key = ? AND version = ? RETURNING ` + columns),
-		complete: rebind(`UPDATE operations SET status = ?,
+		complete: expand(`UPDATE operations SET status = ?,
 			external_id = CASE WHEN ? = '' THEN external_id ELSE ? END,
 			result_json = COALESCE(?, result_json), error_code = ?, lease_owner = '', lease_until = NULL,
-			version = version + 1, updated_at = ?, completed_at = ?
+			version = version + 1, updated_at = {now}, completed_at = CASE WHEN ? = 1 THEN {now} ELSE NULL END
 			WHERE operation_key = ? AND status = 'in_progress' AND lease_owner = ? RETURNING ` + columns),
-		resolve: rebind(`UPDATE operations SET status = ?,
+		resolve: expand(`UPDATE operations SET status = ?,
 			external_id = CASE WHEN ? = '' THEN external_id ELSE ? END,
-			resolved_by = ?, resolved_at = ?, resolve_note = ?, lease_owner = '', lease_until = NULL,
-			version = version + 1, updated_at = ?, completed_at = ?
+			resolved_by = ?, resolved_at = {now}, resolve_note = ?, lease_owner = '', lease_until = NULL,
+			version = version + 1, updated_at = {now}, completed_at = CASE WHEN ? = 1 THEN {now} ELSE NULL END
 			WHERE operation_key = ? RETURNING ` + columns),
-		exceptions: rebind(`SELECT ` + columns + ` FROM operations
-			WHERE status IN ('needs_human', 'compensation_failed') OR (status = 'unknown' AND updated_at <= ?)
+		// exceptions: waiting for a human, compensation failed, unknown
+		// for a while, or in progress with a lease that ended a while ago
+		// (a stuck executor).
+		exceptions: expand(`SELECT ` + columns + ` FROM operations
+			WHERE status IN ('needs_human', 'compensation_failed')
+			OR (status = 'unknown' AND updated_at <= {now+})
+			OR (status = 'in_progress' AND lease_until <= {now+})
 			ORDER BY created_at, operation_key`),
-		purge: rebind(`DELETE FROM operations
+		// purge keeps a succeeded row with a guard scope: it holds the
+		// scope until it is compensated, however old it is.
+		purge: expand(`DELETE FROM operations
 			WHERE status IN ('succeeded', 'failed_final', 'compensated')
-			AND completed_at IS NOT NULL AND completed_at < ?`),
-		guard: rebind(`SELECT operation_key, status FROM operations
-			WHERE guard_scope = ? AND operation_key <> ? AND ` + active + ` AND NOT ` + held + `
+			AND completed_at IS NOT NULL AND completed_at < {time}
+			AND NOT (status = 'succeeded' AND guard_scope <> '')`),
+		// The "guard_scope <> ''" terms let both databases use the partial
+		// index operations_scope.
+		guard: expand(`SELECT operation_key, status FROM operations
+			WHERE guard_scope = ? AND guard_scope <> '' AND operation_key <> ? AND ` + active + ` AND NOT ` + held + `
 			ORDER BY created_at, operation_key LIMIT 1`),
-		duplicate: rebind(`SELECT operation_key, created_at FROM operations
-			WHERE action_type = ? AND entity = ? AND args_hash = ? AND operation_key <> ? AND created_at >= ?
+		duplicate: expand(`SELECT operation_key, created_at, {now} FROM operations
+			WHERE action_type = ? AND entity = ? AND args_hash = ? AND operation_key <> ? AND created_at >= {now+}
 			AND ` + active + ` AND NOT ` + held + `
 			ORDER BY created_at, operation_key LIMIT 1`),
+		inScope: expand(`SELECT ` + columns + ` FROM operations
+			WHERE guard_scope = ? AND guard_scope <> ''
+			ORDER BY created_at DESC, operation_key DESC LIMIT ?`),
+		permit: expand(`SELECT operation_key, request_hash, policy, override, granted_by, granted_at, consumed_at
+			FROM permits WHERE permit_id = ?`),
+		consume: expand(`UPDATE permits SET consumed_at = {now} WHERE permit_id = ? AND consumed_at IS NULL`),
+		grant: expand(`INSERT INTO permits (permit_id, operation_key, request_hash, policy, override, granted_by, granted_at)
+			VALUES (?, ?, ?, ?, ?, ?, COALESCE({time}, {now})) ON CONFLICT (permit_id) DO NOTHING`),
+		decision: expand(`INSERT INTO decisions (question_id, operation_key, workflow_id, kind, decided_by, verified,
+			sent_at, applied_at, card, outcome, external_id, note, refused)
+			VALUES (?, ?, ?, ?, ?, ?, {time}, COALESCE({time}, {now}), ?, ?, ?, ?, ?) RETURNING id`),
+		decisions: expand(`SELECT id, question_id, operation_key, workflow_id, kind, decided_by, verified, sent_at,
+			applied_at, card, outcome, external_id, note, refused
+			FROM decisions WHERE operation_key IN (?, ?) ORDER BY id`),
 	}
 }
 
@@ -153,36 +218,39 @@ func (s *Store) Claim(ctx context.Context, req ledger.ClaimRequest) (ledger.Clai
 	if err := checkClaim(req); err != nil {
 		return ledger.Claim{}, err
 	}
-	checks := req.GuardScope != "" || (req.DuplicateWindow > 0 && !(req.PermitID != ""))
+	req.WorkflowID, req.RunID, req.RequestID = cleanText(req.WorkflowID), cleanText(req.RunID), cleanText(req.RequestID)
+	// A permit, a guard or the duplicate check need a transaction around
+	// the insert; a plain claim of a fresh key is the insert itself.
+	checked := req.PermitID != "" || req.GuardScope != "" || req.DuplicateWindow > 0
 	for range maxRounds {
-		now := s.clock()
-		if !checks {
-			// Insert if absent: a fresh key is claimed by the insert itself.
-			c, done, err := s.insertPlain(ctx, req, now)
-			if err != nil || done {
-				return c, err
-			}
+		var (
+			c    ledger.Claim
+			done bool
+			err  error
+		)
+		if checked {
+			c, done, err = s.insertChecked(ctx, req)
 		} else {
-			c, done, err := s.insertChecked(ctx, req, now)
-			if err != nil || done {
-				return c, err
-			}
+			c, done, err = s.insertPlain(ctx, req)
 		}
-		// The row exists: decide on it, then take the lease with a
-		// conditional update.
-		op, version, err := s.get(ctx, s.db, req.Key)
+		if err != nil || done {
+			return c, err
+		}
+		// The row exists: decide on it at the time the database read it,
+		// then take the lease with a conditional update.
+		op, version, now, err := s.getNow(ctx, req.Key)
 		if errors.Is(err, ledger.ErrNotFound) {
-			continue // purged or never inserted (a refused guard): try again
+			continue // purged meanwhile: try again
 		}
 		if err != nil {
-			return ledger.Claim{}, err
+			return ledger.Claim{}, fmt.Errorf("ledger claim %q: %w", req.Key, err)
 		}
-		c, done, err := s.decide(ctx, req, op, version, now)
+		c, done, err = s.decide(ctx, req, op, version, now)
 		if err != nil || done {
 			return c, err
 		}
 	}
-	return ledger.Claim{}, fmt.Errorf("claim %q: the row kept changing under %d attempts; retry the claim later", req.Key, maxRounds)
+	return ledger.Claim{}, fmt.Errorf("ledger claim %q: the row kept changing under %d attempts; retry the claim later", req.Key, maxRounds)
 }
 
 func checkClaim(req ledger.ClaimRequest) error {
@@ -205,6 +273,13 @@ func checkClaim(req ledger.ClaimRequest) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("ledger claim %q: set %s", req.Key, strings.Join(missing, ", "))
 	}
+	for _, f := range []struct{ name, v string }{{"Key", req.Key}, {"ActionType", req.ActionType},
+		{"RequestHash", req.RequestHash}, {"Executor", req.Executor}, {"GuardScope", req.GuardScope},
+		{"Entity", req.Entity}, {"PermitID", req.PermitID}} {
+		if err := checkIdent("claim", f.name, f.v); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -216,30 +291,27 @@ type fresh struct {
 	holdReason string
 }
 
-func (s *Store) insertRow(ctx context.Context, x execer, req ledger.ClaimRequest, now time.Time, f fresh) (bool, error) {
+// insertRow inserts the row of a fresh key; ok is false when the key exists
+// or another row took the guard scope meanwhile (decide again).
+func (s *Store) insertRow(ctx context.Context, q queryer, req ledger.ClaimRequest, f fresh) (op ledger.Operation, ok bool, err error) {
 	var owner string
-	var until time.Time
-	if f.status == ledger.InProgress {
-		owner, until = req.Executor, leaseUntil(now, req.Lease)
+	running := f.status == ledger.InProgress
+	if running {
+		owner = req.Executor
 	}
-	res, err := x.ExecContext(ctx, s.q.insert, req.Key, req.ActionType, req.RequestHash, string(f.status), f.attempts,
-		owner, s.t(until), req.WorkflowID, req.RunID, req.RequestID, req.GuardScope, f.guardKey, req.Entity,
-		argsHash(req.NormalizedArgs), f.holdReason, s.d.Time(now), s.d.Time(now))
-	if err != nil {
-		if s.d.IsUniqueViolation(err) {
-			return false, nil // another row took the guard scope meanwhile: decide again
-		}
-		return false, fmt.Errorf("ledger claim %q: insert into %s: %w", req.Key, s.d.Name, err)
+	now := s.nowArg()
+	op, _, err = s.scan(q.QueryRowContext(ctx, s.q.insert, req.Key, req.ActionType, req.RequestHash, string(f.status),
+		f.attempts, owner, flag(running), now, micros(req.Lease), req.WorkflowID, req.RunID, req.RequestID,
+		req.GuardScope, f.guardKey, req.Entity, argsHash(req.NormalizedArgs), cleanText(f.holdReason), now, now))
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		return op, false, nil // the key exists
+	case err != nil && s.d.IsUniqueViolation(err):
+		return op, false, nil // another row took the guard scope meanwhile
+	case err != nil:
+		return op, false, fmt.Errorf("ledger claim %q: insert into %s: %w", req.Key, s.d.Name, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("ledger claim %q: %w", req.Key, err)
-	}
-	return n == 1, nil
-}
-
-func leaseUntil(now time.Time, lease time.Duration) time.Time {
-	return now.Add(lease).Truncate(time.Microsecond)
+	return op, true, nil
 }
 
 func argsHash(args string) string {
@@ -252,27 +324,18 @@ func argsHash(args string) string {
 
 // insertPlain claims a fresh key with one INSERT; done is false when the key
 // exists.
-func (s *Store) insertPlain(ctx context.Context, req ledger.ClaimRequest, now time.Time) (ledger.Claim, bool, error) {
-	ok, err := s.insertRow(ctx, s.db, req, now, fresh{status: ledger.InProgress, attempts: 1})
+func (s *Store) insertPlain(ctx context.Context, req ledger.ClaimRequest) (ledger.Claim, bool, error) {
+	op, ok, err := s.insertRow(ctx, s.db, req, fresh{status: ledger.InProgress, attempts: 1})
 	if err != nil || !ok {
 		return ledger.Claim{}, false, err
 	}
-	return ledger.Claim{Verdict: ledger.Execute, Operation: freshOperation(req, now)}, true, nil
+	return ledger.Claim{Verdict: ledger.Execute, Operation: op}, true, nil
 }
 
-func freshOperation(req ledger.ClaimRequest, now time.Time) ledger.Operation {
-	return ledger.Operation{
-		Key: req.Key, ActionType: req.ActionType, RequestHash: req.RequestHash, Status: ledger.InProgress,
-		AttemptCount: 1, LeaseOwner: req.Executor, LeaseUntil: leaseUntil(now, req.Lease),
-		WorkflowID: req.WorkflowID, RunID: req.RunID, RequestID: req.RequestID, GuardScope: req.GuardScope,
-		CreatedAt: now, UpdatedAt: now,
-	}
-}
-
-// insertChecked inserts a fresh key after the guard and duplicate checks, in
-// one short transaction serialized per guard scope and per entity. done is
-// false when the key exists.
-func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest, now time.Time) (c ledger.Claim, done bool, err error) {
+// insertChecked inserts a fresh key after the permit, guard and duplicate
+// checks, in one short transaction serialized per guard scope and per entity,
+// which also consumes the permit. done is false when the key exists.
+func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest) (c ledger.Claim, done bool, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return c, false, fmt.Errorf("ledger claim %q: begin: %w", req.Key, err)
@@ -298,6 +361,27 @@ func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest, now 
 		return c, false, fmt.Errorf("ledger claim %q: %w", req.Key, err)
 	}
 
+	var override bool
+	if req.PermitID != "" {
+		p, reason, err := s.checkPermit(ctx, tx, req)
+		if err != nil {
+			return c, false, err
+		}
+		if reason != "" {
+			// A concurrent claim of this key may have consumed the
+			// permit and committed its row since the check above: then
+			// this is a claim of an existing row.
+			switch err := tx.QueryRowContext(ctx, s.q.exists, req.Key).Scan(&one); {
+			case err == nil:
+				return c, false, nil
+			case !errors.Is(err, sql.ErrNoRows):
+				return c, false, fmt.Errorf("ledger claim %q: %w", req.Key, err)
+			}
+			return ledger.Claim{Verdict: ledger.NoPermit, Reason: reason}, true, nil
+		}
+		override = p.Override
+	}
+
 	row := fresh{status: ledger.InProgress, attempts: 1}
 	if req.GuardScope != "" {
 		var other, status string
@@ -306,9 +390,9 @@ func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest, now 
 			row.guardKey = req.GuardScope
 		case err != nil:
 			return c, false, fmt.Errorf("ledger claim %q: guard check: %w", req.Key, err)
-		case (req.PermitID != ""):
-			// A human let this one through: it runs beside the holder
-			// without taking the scope.
+		case override:
+			// A human saw the clash and let this one through: it runs
+			// beside the holder without taking the scope.
 		case req.GuardHold:
 			row = fresh{status: ledger.NeedsHuman, holdReason: fmt.Sprintf(
 				"guard %q is held by operation %q (%s): approve to run this one as well, or resolve it as failed_final",
@@ -319,23 +403,32 @@ func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest, now 
 				req.GuardScope, other, status)}, true, nil
 		}
 	}
-	if row.status == ledger.InProgress && req.DuplicateWindow > 0 && !(req.PermitID != "") {
+	if row.status == ledger.InProgress && req.DuplicateWindow > 0 && !override {
 		var other string
-		var created dbTime
-		switch err := tx.QueryRowContext(ctx, s.q.duplicate, req.ActionType, req.Entity, argsHash(req.NormalizedArgs),
-			req.Key, s.d.Time(now.Add(-req.DuplicateWindow))).Scan(&other, &created); {
+		var created, now dbTime
+		nowArg := s.nowArg()
+		switch err := tx.QueryRowContext(ctx, s.q.duplicate, nowArg, req.ActionType, req.Entity, argsHash(req.NormalizedArgs),
+			req.Key, nowArg, -micros(req.DuplicateWindow)).Scan(&other, &created, &now); {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
 			return c, false, fmt.Errorf("ledger claim %q: duplicate check: %w", req.Key, err)
 		default:
 			row = fresh{status: ledger.NeedsHuman, holdReason: fmt.Sprintf(
 				"suspected duplicate of operation %q: same %s on entity %q with equal arguments %s earlier (window %s): approve to run it anyway",
-				other, req.ActionType, req.Entity, now.Sub(created.Time), req.DuplicateWindow)}
+				other, req.ActionType, req.Entity, now.Time.Sub(created.Time), req.DuplicateWindow)}
 		}
 	}
-	ok, err := s.insertRow(ctx, tx, req, now, row)
+	op, ok, err := s.insertRow(ctx, tx, req, row)
 	if err != nil || !ok {
 		return c, false, err
+	}
+	if row.status == ledger.InProgress && req.PermitID != "" {
+		// The row is inserted first: a concurrent claim of the same key
+		// waits on it and then sees the key taken (InFlight), not a
+		// consumed permit.
+		if reason, err := s.consume(ctx, tx, req); err != nil || reason != "" {
+			return ledger.Claim{Verdict: ledger.NoPermit, Reason: reason}, err == nil, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		if s.d.IsUniqueViolation(err) {
@@ -344,18 +437,16 @@ func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest, now 
 		return c, false, fmt.Errorf("ledger claim %q: commit: %w", req.Key, err)
 	}
 	if row.status == ledger.NeedsHuman {
-		op, _, err := s.get(ctx, s.db, req.Key)
-		if err != nil {
-			return c, true, err
-		}
 		return ledger.Claim{Verdict: ledger.Held, Operation: op, Reason: row.holdReason}, true, nil
 	}
-	return ledger.Claim{Verdict: ledger.Execute, Operation: freshOperation(req, now)}, true, nil
+	return ledger.Claim{Verdict: ledger.Execute, Operation: op}, true, nil
 }
 
-// decide returns the verdict on an existing row, taking the lease with a
-// conditional update when the verdict gives it. done is false when the row
-// changed meanwhile and the claim must read it again.
+// decide returns the verdict on an existing row, read at the database time
+// now, taking the lease with a conditional update when the verdict gives it.
+// done is false when the row changed meanwhile and the claim must read it
+// again. A permit is looked at only for a held row: any other existing row is
+// a retry of a call that already started, and needs none.
 func (s *Store) decide(ctx context.Context, req ledger.ClaimRequest, op ledger.Operation, version int64, now time.Time) (ledger.Claim, bool, error) {
 	if op.RequestHash != req.RequestHash {
 		return ledger.Claim{Verdict: ledger.Conflict, Operation: op, Reason: fmt.Sprintf(
@@ -363,7 +454,7 @@ func (s *Store) decide(ctx context.Context, req ledger.ClaimRequest, op ledger.O
 			op.Key, op.RequestHash, req.RequestHash)}, true, nil
 	}
 	take := func(v ledger.Verdict, attempts int) (ledger.Claim, bool, error) {
-		got, ok, err := s.take(ctx, req, op, version, now, attempts)
+		got, ok, err := s.take(ctx, s.db, req, version, attempts)
 		if err != nil || !ok {
 			return ledger.Claim{}, false, err
 		}
@@ -389,25 +480,58 @@ func (s *Store) decide(ctx context.Context, req ledger.ClaimRequest, op ledger.O
 		}
 	case ledger.NeedsHuman:
 		if op.AttemptCount == 0 && op.HoldReason != "" {
-			if req.PermitID != "" {
-				return take(ledger.Execute, 1)
+			if req.PermitID == "" {
+				return ledger.Claim{Verdict: ledger.Held, Operation: op, Reason: op.HoldReason}, true, nil
 			}
-			return ledger.Claim{Verdict: ledger.Held, Operation: op, Reason: op.HoldReason}, true, nil
+			return s.takeHeld(ctx, req, op, version)
 		}
 	}
 	return ledger.Claim{Verdict: ledger.Final, Operation: op, Reason: fmt.Sprintf(
 		"operation %q is %s: it is not run again; resolve it to change that", op.Key, op.Status)}, true, nil
 }
 
+// takeHeld runs a held row with req's permit: the lease is taken and the
+// permit consumed in one transaction, or neither.
+func (s *Store) takeHeld(ctx context.Context, req ledger.ClaimRequest, op ledger.Operation, version int64) (ledger.Claim, bool, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return ledger.Claim{}, false, fmt.Errorf("ledger claim %q: begin: %w", req.Key, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	// The conditional update first: if the row changed (a concurrent claim
+	// ran it with this permit), decide again on the new row; otherwise the
+	// update holds the row until the permit is checked and consumed, and is
+	// rolled back if the permit does not cover it.
+	got, ok, err := s.take(ctx, tx, req, version, 1)
+	if err != nil || !ok {
+		return ledger.Claim{}, false, err
+	}
+	p, reason, err := s.checkPermit(ctx, tx, req)
+	if err != nil {
+		return ledger.Claim{}, false, err
+	}
+	if reason != "" {
+		return ledger.Claim{Verdict: ledger.NoPermit, Operation: op, Reason: reason}, true, nil
+	}
+	if !p.Override {
+		return ledger.Claim{Verdict: ledger.Held, Operation: op, Reason: op.HoldReason + fmt.Sprintf(
+			" (permit %q was granted without override, so it does not cover this)", req.PermitID)}, true, nil
+	}
+	if reason, err := s.consume(ctx, tx, req); err != nil || reason != "" {
+		return ledger.Claim{Verdict: ledger.NoPermit, Operation: op, Reason: reason}, err == nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return ledger.Claim{}, false, fmt.Errorf("ledger claim %q: commit: %w", req.Key, err)
+	}
+	return ledger.Claim{Verdict: ledger.Execute, Operation: got}, true, nil
+}
+
 // take is the conditional update that gives req the lease if the row is
 // still at version.
-func (s *Store) take(ctx context.Context, req ledger.ClaimRequest, op ledger.Operation, version int64, now time.Time, attempts int) (ledger.Operation, bool, error) {
-	workflow, run, request := op.WorkflowID, op.RunID, op.RequestID
-	if req.WorkflowID != "" {
-		workflow, run, request = req.WorkflowID, req.RunID, req.RequestID
-	}
-	got, _, err := s.scan(s.db.QueryRowContext(ctx, s.q.claim, attempts, req.Executor, s.d.Time(leaseUntil(now, req.Lease)),
-		workflow, run, request, s.d.Time(now), req.Key, version))
+func (s *Store) take(ctx context.Context, q queryer, req ledger.ClaimRequest, version int64, attempts int) (ledger.Operation, bool, error) {
+	now := s.nowArg()
+	got, _, err := s.scan(q.QueryRowContext(ctx, s.q.claim, attempts, req.Executor, now, micros(req.Lease),
+		req.WorkflowID, req.RunID, req.RequestID, now, req.Key, version))
 	if errors.Is(err, ledger.ErrNotFound) {
 		return got, false, nil
 	}
@@ -425,13 +549,16 @@ func (s *Store) Complete(ctx context.Context, c ledger.Completion) (ledger.Opera
 	case !validStatus(c.Status) || c.Status == ledger.InProgress:
 		return ledger.Operation{}, fmt.Errorf("ledger complete %q: status %q: record an outcome (pending, unknown, succeeded, failed_final, needs_human, ...), not in_progress", c.Key, c.Status)
 	}
-	now := s.clock()
-	var completed time.Time
-	if c.Status.Final() {
-		completed = now
+	if err := checkIdent("complete", "Key", c.Key); err != nil {
+		return ledger.Operation{}, err
 	}
-	op, _, err := s.scan(s.db.QueryRowContext(ctx, s.q.complete, string(c.Status), c.ExternalID, c.ExternalID,
-		jsonArg(c.Result), redact.String(c.ErrorCode), s.d.Time(now), s.t(completed), c.Key, c.Executor))
+	if err := checkIdent("complete", "Executor", c.Executor); err != nil {
+		return ledger.Operation{}, err
+	}
+	ext := cleanText(c.ExternalID)
+	now := s.nowArg()
+	op, _, err := s.scan(s.db.QueryRowContext(ctx, s.q.complete, string(c.Status), ext, ext,
+		jsonArg(c.Result), note(c.ErrorCode), now, finalFlag(c.Status), now, c.Key, c.Executor))
 	if errors.Is(err, ledger.ErrNotFound) {
 		cur, _, gerr := s.get(ctx, s.db, c.Key)
 		if gerr != nil {
@@ -443,15 +570,6 @@ func (s *Store) Complete(ctx context.Context, c ledger.Completion) (ledger.Opera
 		return ledger.Operation{}, fmt.Errorf("ledger complete %q: %w", c.Key, err)
 	}
 	return op, nil
-}
-
-// jsonArg is a redacted JSON parameter, NULL when empty.
-func jsonArg(raw []byte) any {
-	r := redact.JSON(raw)
-	if r == nil {
-		return nil
-	}
-	return string(r)
 }
 
 func validStatus(st ledger.Status) bool {
@@ -473,13 +591,13 @@ func (s *Store) Resolve(ctx context.Context, r ledger.Resolution) (ledger.Operat
 	case !validStatus(r.Status) || r.Status == ledger.InProgress:
 		return ledger.Operation{}, fmt.Errorf("ledger resolve %q: status %q: decide an outcome (succeeded, failed_final, pending to run it again, ...), not in_progress", r.Key, r.Status)
 	}
-	now := s.clock()
-	var completed time.Time
-	if r.Status.Final() {
-		completed = now
+	if err := checkIdent("resolve", "Key", r.Key); err != nil {
+		return ledger.Operation{}, err
 	}
-	op, _, err := s.scan(s.db.QueryRowContext(ctx, s.q.resolve, string(r.Status), r.ExternalID, r.ExternalID,
-		r.By, s.d.Time(now), redact.String(r.Note), s.d.Time(now), s.t(completed), r.Key))
+	ext := cleanText(r.ExternalID)
+	now := s.nowArg()
+	op, _, err := s.scan(s.db.QueryRowContext(ctx, s.q.resolve, string(r.Status), ext, ext,
+		cleanText(r.By), now, note(r.Note), now, finalFlag(r.Status), now, r.Key))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return op, fmt.Errorf("ledger resolve %q: %w", r.Key, err)
@@ -491,8 +609,58 @@ func (s *Store) Resolve(ctx context.Context, r ledger.Resolution) (ledger.Operat
 	return op, nil
 }
 
+// Transition implements ledger.Store.
+func (s *Store) Transition(ctx context.Context, t ledger.Transition) (ledger.Operation, error) {
+	switch {
+	case t.Key == "":
+		return ledger.Operation{}, fmt.Errorf("ledger transition: set Key")
+	case !validStatus(t.Status) || t.Status == ledger.InProgress:
+		return ledger.Operation{}, fmt.Errorf("ledger transition %q: status %q: name the state reached (succeeded, failed_final, compensating, compensated, ...); in_progress is taken by Claim only", t.Key, t.Status)
+	}
+	if err := checkIdent("transition", "Key", t.Key); err != nil {
+		return ledger.Operation{}, err
+	}
+	ext, code := cleanText(t.ExternalID), note(t.ErrorCode)
+	now := s.nowArg()
+	args := []any{string(t.Status), ext, ext, code, code, jsonArg(t.Result), now, finalFlag(t.Status), now, t.Key}
+	var from string
+	if len(t.From) > 0 {
+		marks := make([]string, len(t.From))
+		for i, st := range t.From {
+			marks[i] = "?"
+			args = append(args, string(st))
+		}
+		from = ` AND status IN (` + strings.Join(marks, ", ") + `)`
+	}
+	// Only the machine's columns change: resolved_by, resolved_at and
+	// resolve_note keep what a human wrote.
+	q := s.expand(`UPDATE operations SET status = ?,
+		external_id = CASE WHEN ? = '' THEN external_id ELSE ? END,
+		error_code = CASE WHEN ? = '' THEN error_code ELSE ? END,
+		result_json = COALESCE(?, result_json), lease_owner = '', lease_until = NULL, version = version + 1,
+		updated_at = {now}, completed_at = CASE WHEN ? = 1 THEN {now} ELSE NULL END
+		WHERE operation_key = ?` + from + ` RETURNING ` + columns)
+	op, _, err := s.scan(s.db.QueryRowContext(ctx, q, args...))
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		cur, _, gerr := s.get(ctx, s.db, t.Key)
+		if gerr != nil {
+			return ledger.Operation{}, fmt.Errorf("ledger transition %q to %s: %w", t.Key, t.Status, gerr)
+		}
+		return cur, fmt.Errorf("ledger transition %q to %s: it is %s, not one of %v: %w", t.Key, t.Status, cur.Status, t.From, ledger.ErrTransition)
+	case err != nil && s.d.IsUniqueViolation(err):
+		return op, fmt.Errorf("ledger transition %q to %s: its guard scope is held by another active operation: %w", t.Key, t.Status, err)
+	case err != nil:
+		return op, fmt.Errorf("ledger transition %q to %s: %w", t.Key, t.Status, err)
+	}
+	return op, nil
+}
+
 // Get implements ledger.Store.
 func (s *Store) Get(ctx context.Context, key string) (ledger.Operation, error) {
+	if checkIdent("get", "key", key) != nil {
+		return ledger.Operation{}, fmt.Errorf("ledger get %q: %w", key, ledger.ErrNotFound) // never stored
+	}
 	op, _, err := s.get(ctx, s.db, key)
 	if err != nil {
 		return op, fmt.Errorf("ledger get %q: %w", key, err)
@@ -502,23 +670,44 @@ func (s *Store) Get(ctx context.Context, key string) (ledger.Operation, error) {
 
 // Exceptions implements ledger.Store.
 func (s *Store) Exceptions(ctx context.Context, f ledger.ExceptionFilter) ([]ledger.Operation, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.exceptions, s.d.Time(s.clock().Add(-f.UnknownOlderThan)))
+	now := s.nowArg()
+	ops, err := s.list(ctx, s.q.exceptions, now, -micros(f.UnknownOlderThan), now, -micros(f.StuckFor))
 	if err != nil {
 		return nil, fmt.Errorf("ledger exceptions: %w", err)
+	}
+	return ops, nil
+}
+
+// InScope implements ledger.Store.
+func (s *Store) InScope(ctx context.Context, scope string, limit int) ([]ledger.Operation, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("ledger in scope %q: limit %d: ask for a positive number of operations", scope, limit)
+	}
+	if scope == "" || checkIdent("in scope", "scope", scope) != nil {
+		return nil, nil // no operation holds such a scope
+	}
+	ops, err := s.list(ctx, s.q.inScope, scope, limit)
+	if err != nil {
+		return nil, fmt.Errorf("ledger in scope %q: %w", scope, err)
+	}
+	return ops, nil
+}
+
+func (s *Store) list(ctx context.Context, q string, args ...any) ([]ledger.Operation, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var ops []ledger.Operation
 	for rows.Next() {
 		op, _, err := s.scan(rows)
 		if err != nil {
-			return nil, fmt.Errorf("ledger exceptions: %w", err)
+			return nil, err
 		}
 		ops = append(ops, op)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("ledger exceptions: %w", err)
-	}
-	return ops, nil
+	return ops, rows.Err()
 }
 
 // Purge implements ledger.Store.
@@ -526,7 +715,7 @@ func (s *Store) Purge(ctx context.Context, completedBefore time.Time) (int, erro
 	if completedBefore.IsZero() {
 		return 0, fmt.Errorf("ledger purge: set a cutoff (now minus the retention window)")
 	}
-	res, err := s.db.ExecContext(ctx, s.q.purge, s.d.Time(completedBefore.UTC()))
+	res, err := s.db.ExecContext(ctx, s.q.purge, s.t(completedBefore))
 	if err != nil {
 		return 0, fmt.Errorf("ledger purge: %w", err)
 	}
@@ -537,10 +726,6 @@ func (s *Store) Purge(ctx context.Context, completedBefore time.Time) (int, erro
 	return int(n), nil
 }
 
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
 type queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
@@ -549,10 +734,18 @@ func (s *Store) get(ctx context.Context, q queryer, key string) (ledger.Operatio
 	return s.scan(q.QueryRowContext(ctx, s.q.get, key))
 }
 
+// getNow reads a row and the database's time of the read.
+func (s *Store) getNow(ctx context.Context, key string) (ledger.Operation, int64, time.Time, error) {
+	var now dbTime
+	op, version, err := s.scan(s.db.QueryRowContext(ctx, s.q.getNow, s.nowArg(), key), &now)
+	return op, version, now.Time, err
+}
+
 type scanner interface{ Scan(dest ...any) error }
 
-// scan reads one row of columns; sql.ErrNoRows becomes ledger.ErrNotFound.
-func (s *Store) scan(r scanner) (ledger.Operation, int64, error) {
+// scan reads one row of columns, then extra; sql.ErrNoRows becomes
+// ledger.ErrNotFound.
+func (s *Store) scan(r scanner, extra ...any) (ledger.Operation, int64, error) {
 	var (
 		op                                     ledger.Operation
 		status                                 string
@@ -561,9 +754,10 @@ func (s *Store) scan(r scanner) (ledger.Operation, int64, error) {
 		leaseUntil, resolved, created, updated dbTime
 		completed                              dbTime
 	)
-	err := r.Scan(&op.Key, &op.ActionType, &op.RequestHash, &status, &op.AttemptCount, &version, &op.ExternalID,
+	dest := append([]any{&op.Key, &op.ActionType, &op.RequestHash, &status, &op.AttemptCount, &version, &op.ExternalID,
 		&result, &op.ErrorCode, &op.LeaseOwner, &leaseUntil, &op.WorkflowID, &op.RunID, &op.RequestID, &op.GuardScope,
-		&op.HoldReason, &op.ResolvedBy, &resolved, &op.ResolveNote, &created, &updated, &completed)
+		&op.HoldReason, &op.ResolvedBy, &resolved, &op.ResolveNote, &created, &updated, &completed}, extra...)
+	err := r.Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return op, 0, ledger.ErrNotFound
 	}
@@ -596,30 +790,4 @@ func (t *dbTime) Scan(v any) error {
 		return fmt.Errorf("time column holds %T, want Unix microseconds or a timestamp", v)
 	}
 	return nil
-}
-
-// errTODO marks ledger methods being written (replaced before this lands).
-var errTODO = errors.New("ledger: not implemented yet")
-
-// Transition implements ledger.Store.
-func (s *Store) Transition(ctx context.Context, t ledger.Transition) (ledger.Operation, error) {
-	return ledger.Operation{}, errTODO
-}
-
-// GrantPermit implements ledger.Store.
-func (s *Store) GrantPermit(ctx context.Context, p ledger.Permit) error { return errTODO }
-
-// InScope implements ledger.Store.
-func (s *Store) InScope(ctx context.Context, scope string, limit int) ([]ledger.Operation, error) {
-	return nil, errTODO
-}
-
-// RecordDecision implements ledger.Store.
-func (s *Store) RecordDecision(ctx context.Context, d ledger.DecisionRecord) (int64, error) {
-	return 0, errTODO
-}
-
-// Decisions implements ledger.Store.
-func (s *Store) Decisions(ctx context.Context, key string) ([]ledger.DecisionRecord, error) {
-	return nil, errTODO
 }

@@ -1,0 +1,61 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/agentsaga/agentsaga/ledger"
+)
+
+// compensateSuffix names an operation's reversal key.
+const compensateSuffix = ":compensate"
+
+// RecordDecision implements ledger.Store. Free text (note, refusal, outcome)
+// is redacted and the card passes through redact.JSON; NUL bytes and invalid
+// UTF-8 are cleaned from every field, so an entry is never refused for its
+// text. The zero AppliedAt means now.
+func (s *Store) RecordDecision(ctx context.Context, d ledger.DecisionRecord) (int64, error) {
+	if d.Key == "" || d.Kind == "" {
+		return 0, fmt.Errorf("ledger record decision: set Key (the operation key) and Kind (approve, reject, resolve, ...)")
+	}
+	var id int64
+	err := s.db.QueryRowContext(ctx, s.q.decision, cleanText(d.QuestionID), cleanText(d.Key), cleanText(d.WorkflowID),
+		cleanText(d.Kind), cleanText(d.By), d.Verified, s.t(d.SentAt), s.t(d.AppliedAt), s.nowArg(), jsonArg(d.Card),
+		note(d.Outcome), cleanText(d.ExternalID), note(d.Note), note(d.Refused)).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("ledger record decision on %q: %w", d.Key, err)
+	}
+	return id, nil
+}
+
+// Decisions implements ledger.Store.
+func (s *Store) Decisions(ctx context.Context, key string) ([]ledger.DecisionRecord, error) {
+	key = cleanText(key)
+	rows, err := s.db.QueryContext(ctx, s.q.decisions, key, key+compensateSuffix)
+	if err != nil {
+		return nil, fmt.Errorf("ledger decisions of %q: %w", key, err)
+	}
+	defer rows.Close()
+	var ds []ledger.DecisionRecord
+	for rows.Next() {
+		var (
+			d             ledger.DecisionRecord
+			sent, applied dbTime
+			card          sql.NullString
+		)
+		if err := rows.Scan(&d.ID, &d.QuestionID, &d.Key, &d.WorkflowID, &d.Kind, &d.By, &d.Verified, &sent, &applied,
+			&card, &d.Outcome, &d.ExternalID, &d.Note, &d.Refused); err != nil {
+			return nil, fmt.Errorf("ledger decisions of %q: %w", key, err)
+		}
+		d.SentAt, d.AppliedAt = sent.Time, applied.Time
+		if card.Valid {
+			d.Card = []byte(card.String)
+		}
+		ds = append(ds, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger decisions of %q: %w", key, err)
+	}
+	return ds, nil
+}
