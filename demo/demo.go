@@ -229,13 +229,13 @@ func (r runner) email(ctx context.Context) (Story, error) {
 	if len(effects) > 0 {
 		msgID = effects[0].ID
 	}
-	err = r.st.Plans.Resolve(ctx, run.WorkflowID, workflows.ResolveSignal{
+	_, err = r.st.Plans.Resolve(ctx, run.WorkflowID, workflows.ResolveSignal{
 		Step: 2, Outcome: workflows.OutcomeSucceeded, ExternalID: msgID, By: "demo-operator", Note: "found in the mail relay log",
 	})
 	if err != nil {
 		return s, err
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("the plan waited in needs_human; resolved by signal `resolve` {step: 2, outcome: succeeded, external_id: %s, by: demo-operator}", msgID))
+	s.Notes = append(s.Notes, fmt.Sprintf("the plan waited in needs_human; resolved by Update `resolve` {step: 2, outcome: succeeded, external_id: %s, by: demo-operator}", msgID))
 	st, err := r.st.Plans.Wait(ctx, run.WorkflowID)
 	if err != nil {
 		return s, err
