@@ -21,6 +21,8 @@ type provider struct {
 	calls   []string          // "tool key" in call order
 	looks   []string          // keys reconciled, in order
 	faults  map[string][]string
+	// slow lists keys whose call is slow (see Execute).
+	slow map[string]bool
 	// lookupDown makes every lookup answer unknown until cleared.
 	lookupDown bool
 }
@@ -39,7 +41,7 @@ type effect struct {
 }
 
 func newProvider() *provider {
-	return &provider{effects: map[string]effect{}, faults: map[string][]string{}}
+	return &provider{effects: map[string]effect{}, faults: map[string][]string{}, slow: map[string]bool{}}
 }
 
 // fail makes the next len(faults) calls of toolName misbehave: commit_then_drop,
@@ -85,6 +87,10 @@ func (p *provider) callsOf(toolName string) []string {
 	return out
 }
 
+// slowFor is how long a slow call takes unless it is abandoned: the time a
+// correct engine is given to (wrongly) abandon a call in flight.
+const slowFor = 500 * time.Millisecond
+
 // fakeTool is a tool backed by provider.
 type fakeTool struct {
 	spec tool.Spec
@@ -95,6 +101,15 @@ func (t *fakeTool) Spec() tool.Spec { return t.spec }
 
 func (t *fakeTool) Execute(ctx context.Context, c tool.Call) (tool.Result, error) {
 	p := t.p
+	if p.slow[c.Key] {
+		// A slow provider: it commits whatever happens to the caller. If
+		// the engine abandons the call (cancels the activity), ctx ends
+		// at once; otherwise the call takes slowFor.
+		select {
+		case <-ctx.Done():
+		case <-time.After(slowFor):
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	name := t.spec.Name

@@ -33,6 +33,7 @@ func runCancelled(t *testing.T, env *testsuite.TestWorkflowEnvironment, p plan.P
 // effect it made is reversed like the others: none is dropped.
 func TestCancelWhileAWriteIsInFlightReversesItsEffect(t *testing.T) {
 	h := newHarness(t)
+	h.p.slow["c1:1:2:invoice"] = true
 	env := h.env()
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 		if info.ActivityID == "c1:1:2:invoice" {
