@@ -231,15 +231,13 @@ func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spe
 	return cr
 }
 
-// executorOf names the lease holder: the operation key within one workflow,
-// the same on every attempt and every run. An attempt whose predecessor died
-// or failed to record its outcome (its lease still live) is then the same
-// executor to the ledger, which answers ReconcileFirst instead of InFlight:
-// it looks the effect up by key instead of waiting out a lease nobody will
-// release. The key is the activity id the workflow schedules tool calls
-// under, so this names the activity without depending on the attempt.
+// executorOf names the lease holder: one attempt of one operation. Each
+// attempt is its own executor, so an attempt that outlived its timeout (a
+// zombie still talking to the provider) never shares its lease with the
+// retry: the retry sees InFlight until the lease (timeout + grace) expires,
+// then reconciles by key before calling.
 func executorOf(info activity.Info, key string) string {
-	return info.WorkflowExecution.ID + "/" + key
+	return fmt.Sprintf("%s/%s#%d", info.WorkflowExecution.ID, key, info.Attempt)
 }
 
 // lookup asks the provider what it holds under req.Key and checks a found
@@ -265,9 +263,9 @@ func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool
 // complete records what the provider did. The effect exists at the provider
 // by now, so a ledger write that fails is retried at once without the result
 // and error code (the parts a database may refuse, such as a NUL byte); if
-// that fails too, the activity fails retryably naming the external id, and
-// its next attempt (the same executor, see executorOf) reconciles by key
-// instead of calling again.
+// that fails too, the activity fails at once as UNKNOWN naming the cause and
+// the external id: the workflow reconciles by key (after this attempt's lease
+// expires) and never calls again blindly.
 func (a *Activities) complete(ctx context.Context, req Request, executor string, st ledger.Status, res tool.Result, code string, out Output) (Output, error) {
 	result := redact.JSON(res.Data)
 	op, err := a.Ledger.Complete(ctx, ledger.Completion{
@@ -279,8 +277,8 @@ func (a *Activities) complete(ctx context.Context, req Request, executor string,
 		var err2 error
 		op, err2 = a.Ledger.Complete(ctx, ledger.Completion{Key: req.Key, Executor: executor, Status: st, ExternalID: res.ExternalID})
 		if err2 != nil {
-			return Output{}, retryable(out.Attempt, ErrLedger,
-				"the provider's effect for %s exists (external id %q) but recording it as %s in the ledger failed: %v; without the result: %v. The next attempt reconciles by key before calling; if the ledger stays down, resolve %s as %s with external id %q",
+			return Output{}, final(out.Attempt, ErrUnknown,
+				"the provider's effect for %s exists (external id %q) but recording it as %s in the ledger failed: %v; without the result: %v. The workflow reconciles by key before anything is called again; if the ledger stays down, resolve %s as %s with external id %q",
 				req.Key, res.ExternalID, st, err, err2, req.Key, st, res.ExternalID)
 		}
 	}

@@ -464,10 +464,11 @@ func TestCompletionRetriedWithoutTheResult(t *testing.T) {
 	require.Equal(t, "pay_9", op.ExternalID)
 }
 
-// If the minimal completion fails too, the error names the external id, the
-// row stays in_progress under a live lease, and the next attempt is not
-// blocked by its own predecessor's lease: it reconciles and finds the effect.
-func TestCompletionFailureDoesNotBlockTheNextAttempt(t *testing.T) {
+// If the minimal completion fails too, the error names the cause and the
+// external id at once and is UNKNOWN (the workflow reconciles by key once the
+// attempt's lease expires); the row stays in_progress under that lease, so a
+// zombie attempt never shares it with a retry.
+func TestCompletionFailureIsUnknownWithItsCause(t *testing.T) {
 	ft := writeTool("pay", tool.IdempotentWrite)
 	ft.execute = func(int, tool.Call) (tool.Result, error) {
 		return tool.Result{ExternalID: "pay_9", Data: json.RawMessage(`{"amount_minor":100}`)}, nil
@@ -481,21 +482,16 @@ func TestCompletionFailureDoesNotBlockTheNextAttempt(t *testing.T) {
 
 	_, err := e.execute(req)
 	ae := appErr(t, err)
-	require.Equal(t, activities.ErrLedger, ae.Type())
-	require.False(t, ae.NonRetryable())
+	require.Equal(t, activities.ErrUnknown, ae.Type(), "the cause reaches the workflow at once, as UNKNOWN")
+	require.True(t, ae.NonRetryable(), "no blind retry: the workflow reconciles")
+	require.True(t, activities.IsUnknown(err))
 	require.Contains(t, ae.Error(), "pay_9")
 	require.Contains(t, ae.Error(), "0x00")
 	op := e.row(req.Key)
 	require.Equal(t, ledger.InProgress, op.Status)
 	require.True(t, op.LeaseUntil.After(time.Now()), "the lease is still live")
-
-	out, err := e.execute(req)
-	require.NoError(t, err, "the next attempt must not wait out its predecessor's lease")
-	require.True(t, out.Reconciled)
-	require.Equal(t, "pay_9", out.ExternalID)
-	executed, looked := ft.calls()
-	require.Equal(t, []int{1, 1}, []int{executed, looked})
-	require.Equal(t, ledger.Succeeded, e.row(req.Key).Status)
+	executed, _ := ft.calls()
+	require.Equal(t, 1, executed)
 }
 
 // RecordOutcome: a human's decision is a Resolve; the saga's own change is a
