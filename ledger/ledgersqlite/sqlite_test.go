@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/internal/sqlstore"
 	"github.com/agentsaga/agentsaga/ledger/ledgersqlite"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -59,4 +61,45 @@ func TestOpenErrors(t *testing.T) {
 	require.ErrorContains(t, err, ":memory:")
 	_, err = ledgersqlite.Open(context.Background(), filepath.Join(t.TempDir(), "missing-dir", "l.db"))
 	require.Error(t, err)
+}
+
+// TestQueriesUseIndexes checks SQLite's plan of every query the schema has an
+// index for: a partial index is used only when the query repeats its
+// predicate.
+func TestQueriesUseIndexes(t *testing.T) {
+	s, err := ledgersqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"))
+	require.NoError(t, err)
+	defer s.Close()
+	for _, q := range sqlstore.IndexedQueries(s.Store) {
+		rows, err := s.DB().Query("EXPLAIN QUERY PLAN "+q.SQL, q.Args...)
+		require.NoError(t, err, q.Name)
+		var plan strings.Builder
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+			plan.WriteString(detail + "\n")
+		}
+		require.NoError(t, rows.Err())
+		rows.Close()
+		require.Regexp(t, `USING (COVERING )?INDEX (`+q.Index+`)\b`, plan.String(), "%s:\n%s", q.Name, q.SQL)
+		require.NotRegexp(t, `(?m)^SCAN operations$`, plan.String(), q.Name)
+	}
+}
+
+func TestUpgradeInPlace(t *testing.T) {
+	ledgertest.Upgrade(t, harness, func(t testing.TB, loc string) {
+		ctx := context.Background()
+		ms, err := sqlstore.LoadMigrations(ledgersqlite.Migrations, "migrations")
+		require.NoError(t, err)
+		db := harness.DB(t, loc)
+		defer db.Close()
+		require.NoError(t, sqlstore.Migrate(ctx, db, ms[:1], nil))
+		op := ledgertest.Legacy
+		at := op.CreatedAt.UnixMicro()
+		_, err = db.ExecContext(ctx, `INSERT INTO operations (operation_key, action_type, request_hash, status, attempt_count,
+			guard_scope, guard_key, created_at, updated_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			op.Key, op.ActionType, op.RequestHash, string(op.Status), op.AttemptCount, op.GuardScope, op.GuardScope, at, at, at)
+		require.NoError(t, err)
+	})
 }

@@ -961,7 +961,7 @@ func Benchmark(b *testing.B, h Harness) {
 			i++
 			c, err := store.Claim(ctx, r)
 			if err != nil || c.Verdict != ledger.Execute {
-				b.Fatalf("claim: %v %v", c.Verdict, err)
+				b.Fatalf("claim of fresh key %s: verdict %q (want execute), error %v", r.Key, c.Verdict, err)
 			}
 			if _, err := store.Complete(ctx, ledger.Completion{Key: r.Key, Executor: r.Executor, Status: ledger.Succeeded, Result: result}); err != nil {
 				b.Fatal(err)
@@ -970,8 +970,8 @@ func Benchmark(b *testing.B, h Harness) {
 	})
 	b.Run("Replay", func(b *testing.B) {
 		r := req("bench:replay")
-		if _, err := store.Claim(ctx, r); err != nil {
-			b.Fatal(err)
+		if c, err := store.Claim(ctx, r); err != nil || c.Verdict != ledger.Execute {
+			b.Fatalf("first claim of the replayed key: verdict %q (want execute), error %v", c.Verdict, err)
 		}
 		if _, err := store.Complete(ctx, ledger.Completion{Key: r.Key, Executor: r.Executor, Status: ledger.Succeeded, Result: result}); err != nil {
 			b.Fatal(err)
@@ -979,7 +979,7 @@ func Benchmark(b *testing.B, h Harness) {
 		for b.Loop() {
 			c, err := store.Claim(ctx, r)
 			if err != nil || c.Verdict != ledger.Replay {
-				b.Fatalf("claim: %v %v", c.Verdict, err)
+				b.Fatalf("claim of succeeded key %s: verdict %q (want replay), error %v", r.Key, c.Verdict, err)
 			}
 		}
 	})

@@ -173,9 +173,12 @@ func newQueries(expand func(string) string) queries {
 		// exceptions: waiting for a human, compensation failed, unknown
 		// for a while, or in progress with a lease that ended a while ago
 		// (a stuck executor).
+		// Each branch repeats the predicate of a partial index
+		// (operations_exceptions, operations_leases) so both databases
+		// can read the two indexes instead of the table.
 		exceptions: expand(`SELECT ` + columns + ` FROM operations
-			WHERE status IN ('needs_human', 'compensation_failed')
-			OR (status = 'unknown' AND updated_at <= {now+})
+			WHERE (status IN ('unknown', 'needs_human', 'compensation_failed')
+				AND (status <> 'unknown' OR updated_at <= {now+}))
 			OR (status = 'in_progress' AND lease_until <= {now+})
 			ORDER BY created_at, operation_key`),
 		// purge keeps a succeeded row with a guard scope: it holds the
@@ -790,4 +793,28 @@ func (t *dbTime) Scan(v any) error {
 		return fmt.Errorf("time column holds %T, want Unix microseconds or a timestamp", v)
 	}
 	return nil
+}
+
+// IndexedQuery is a query the schema has an index for, with sample
+// arguments, so a driver's tests can check that the database's plan uses it.
+type IndexedQuery struct {
+	Name  string
+	SQL   string
+	Args  []any
+	Index string // the index the plan must name
+}
+
+// IndexedQueries returns the queries of s that must use an index.
+func IndexedQueries(s *Store) []IndexedQuery {
+	now := s.nowArg()
+	return []IndexedQuery{
+		{"guard", s.q.guard, []any{"refund-per-order:o-1", "k"}, "operations_scope"},
+		{"in scope", s.q.inScope, []any{"refund-per-order:o-1", 10}, "operations_scope"},
+		{"duplicate", s.q.duplicate, []any{now, "apply_refund", "order:o-1", "ab12", "k", now, int64(-1e9)}, "operations_duplicate"},
+		{"decisions", s.q.decisions, []any{"k", "k" + compensateSuffix}, "decisions_operation"},
+		{"permit", s.q.permit, []any{"q-1"}, "permits_pkey|sqlite_autoindex_permits_1"},
+		{"exceptions", s.q.exceptions, []any{now, int64(-1e9), now, int64(0)}, "operations_exceptions"},
+		{"stuck leases", s.q.exceptions, []any{now, int64(-1e9), now, int64(0)}, "operations_leases"},
+		{"purge", s.q.purge, []any{s.d.Time(time.Now())}, "operations_purge"},
+	}
 }

@@ -38,10 +38,10 @@ BEGIN SELECT RAISE(ABORT, 'decisions are append-only: they are never deleted'); 
 -- Guard checks and InScope read (guard_scope, created_at); the queries
 -- repeat "guard_scope <> ''" so SQLite can use this partial index.
 DROP INDEX operations_guard_scope;
-CREATE INDEX operations_scope ON operations (guard_scope, created_at) WHERE guard_scope <> '';
+CREATE INDEX operations_scope ON operations (guard_scope, created_at, operation_key) WHERE guard_scope <> '';
 -- The duplicate check compares args_hash = ?, which cannot use an index
 -- restricted to args_hash <> ''.
 DROP INDEX operations_duplicates;
-CREATE INDEX operations_duplicate ON operations (action_type, entity, args_hash, created_at);
+CREATE INDEX operations_duplicate ON operations (action_type, entity, args_hash, created_at, operation_key);
 -- Exceptions lists stuck executors: in_progress with a lease that ended.
 CREATE INDEX operations_leases ON operations (lease_until) WHERE status = 'in_progress';
