@@ -6,6 +6,24 @@
 // One Store interface has two drivers, PostgreSQL for production and SQLite
 // (pure Go) as the embedded default, and both pass one conformance suite
 // (package ledgertest).
+//
+// What the ledger promises, beyond one row per operation key:
+//
+//   - A human approval is a Permit: single-use, bound to one key and request
+//     hash, consumed in the transaction of the claim that starts the call.
+//     Retries of a started call need no permit and consume none.
+//   - Leases follow the database's clock on PostgreSQL, so a worker whose
+//     clock runs ahead cannot take over a live lease.
+//   - A guard scope is held by every active operation in it, including a
+//     succeeded one however old: Purge keeps those until they are
+//     compensated. Transition to failed_final or compensated releases it.
+//   - Transition is the saga's change of state; Resolve is a person's, and
+//     only Resolve writes resolved_by, resolved_at and resolve_note.
+//   - Human decisions are appended to an audit trail (RecordDecision) that
+//     has no update or delete and that Purge never touches.
+//   - Free text (notes, error codes, results, request ids) is redacted and
+//     cleaned of NUL bytes and invalid UTF-8 before it is written, so no
+//     text makes a write fail; identifiers with them are refused up front.
 package ledger
 
 import (

@@ -49,3 +49,46 @@ func Example() {
 	// execute 1
 	// replay re_1 {"card_number":"[redacted]","refund_id":"re_1"}
 }
+
+// An approval gate: the human's approval is a permit bound to the step's key
+// and request hash. The claim that starts the call consumes it; another step
+// cannot use it, and it never starts a call twice.
+func Example_permit() {
+	ctx := context.Background()
+	store, err := ledgerdb.Open(ctx, "sqlite::memory:")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+
+	req := ledger.ClaimRequest{
+		Key: "s1:1:0:apply_refund", ActionType: "apply_refund", RequestHash: "sha256:ab12",
+		Executor: "s1:1:0:apply_refund#1", Lease: 30 * time.Second, PermitID: "q-7",
+	}
+	c, err := store.Claim(ctx, req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("before approval:", c.Verdict)
+
+	if err := store.GrantPermit(ctx, ledger.Permit{
+		ID: "q-7", Key: req.Key, RequestHash: req.RequestHash, Policy: "amount_minor > 50000", By: "alice",
+	}); err != nil {
+		log.Fatal(err)
+	}
+	if c, err = store.Claim(ctx, req); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("approved:", c.Verdict)
+
+	other := req
+	other.Key = "s1:1:1:apply_refund"
+	if c, err = store.Claim(ctx, other); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("another step, same permit:", c.Verdict)
+	// Output:
+	// before approval: no_permit
+	// approved: execute
+	// another step, same permit: no_permit
+}

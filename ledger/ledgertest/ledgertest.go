@@ -35,8 +35,9 @@ type Harness struct {
 	// its own schema) and removes it when the test ends. It does not open
 	// it: the first Open applies the migrations.
 	New func(t testing.TB) string
-	// Open opens the ledger at loc reading the time from clock (nil means
-	// time.Now). The suite closes it.
+	// Open opens the ledger at loc reading the time from clock; nil means
+	// the driver's own clock (the database's, on PostgreSQL). The suite
+	// closes it.
 	Open func(t testing.TB, loc string, clock func() time.Time) ledger.Store
 	// DB opens raw SQL access to the ledger at loc, for audit reads. The
 	// suite closes it.
