@@ -57,6 +57,10 @@ type Request struct {
 	// this key and fingerprint (see ledger.Permit). The ledger consumes it
 	// with the claim that starts the call.
 	PermitID string `json:"permit_id,omitempty"`
+	// Summary is one line for people, nothing secret (tool, object, amount,
+	// key): the activity's summary in the UI, kept in the ledger for other
+	// plans' approval cards.
+	Summary string `json:"summary,omitempty"`
 }
 
 // Output is what a succeeded ExecuteTool returns.
@@ -216,6 +220,7 @@ func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spe
 		RequestID:   req.RequestID,
 		Executor:    executor,
 		Lease:       spec.Timeout + leaseGrace,
+		Summary:     req.Summary,
 	}
 	if g := spec.Guard; g != nil {
 		cr.GuardScope = g.ScopeKey(req.Args)

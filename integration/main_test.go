@@ -44,6 +44,14 @@ func TestMain(m *testing.M) {
 		os.Exit(runWorkerProcess())
 	}
 	code := m.Run()
+	if dir := os.Getenv(envRecordHistories); dir != "" && code == 0 && shared.stack != nil {
+		n, err := recordHistories(context.Background(), shared.stack.Client, shared.stack.Server.Namespace(), dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "integration: record histories:", err)
+			code = 1
+		}
+		fmt.Fprintf(os.Stderr, "integration: recorded %d histories in %s\n", n, dir)
+	}
 	if err := closeShared(); err != nil {
 		fmt.Fprintln(os.Stderr, "integration: close the shared stack:", err)
 	}

@@ -331,7 +331,8 @@ func (r *run) backoff(key string, calls int, retryAfter time.Duration) time.Dura
 }
 
 func (r *run) execute(ctx workflow.Context, spec tool.Spec, req activities.Request, attempts *int) (activities.Output, error) {
-	actx := workflow.WithActivityOptions(ctx, ActivityOptions(spec, req.Key, r.summary(spec, req)))
+	req.Summary = r.summary(spec, req)
+	actx := workflow.WithActivityOptions(ctx, ActivityOptions(spec, req.Key, req.Summary))
 	var out activities.Output
 	err := workflow.ExecuteActivity(actx, activities.ExecuteToolName, req).Get(ctx, &out)
 	if err == nil {

@@ -38,7 +38,7 @@ func (r *run) card(n int, rule string, rep activities.GuardReport) Card {
 func alreadyRan(object string, op ledger.Operation) string {
 	what := op.ActionType
 	if op.Summary != "" {
-		what = op.Summary
+		what = strings.TrimSuffix(op.Summary, " "+op.Key)
 	}
 	return fmt.Sprintf("%s: %s by %s (%s, %s)", object, what, op.Key, op.Status, op.CreatedAt.Format("2006-01-02 15:04Z07:00"))
 }
