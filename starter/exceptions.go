@@ -2,28 +2,67 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/agentsaga/agentsaga/config"
+	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
+	"github.com/agentsaga/agentsaga/tool"
+	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // DefaultRetention is how long final ledger entries are kept: longer than
 // any retry or reconcile window.
 const DefaultRetention = 30 * 24 * time.Hour
 
-func ledgerFlag(fs *flag.FlagSet) *string {
-	def := os.Getenv(config.EnvLedger)
-	if def == "" {
-		def = config.DefaultLedger(config.DefaultDataDir())
+// ledgerFlags find the ledger as the worker does: --ledger (env
+// AGENTSAGA_LEDGER), else SQLite under --data-dir (env AGENTSAGA_DATA_DIR,
+// else the user cache directory).
+type ledgerFlags struct {
+	dsn     string
+	dataDir string
+}
+
+func (l *ledgerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.dsn, "ledger", os.Getenv(config.EnvLedger), "ledger DSN: sqlite:PATH or postgres://... (env "+config.EnvLedger+"; default sqlite under --data-dir, as the worker)")
+	fs.StringVar(&l.dataDir, "data-dir", config.DefaultDataDir(), "the worker's data directory, where its SQLite ledger is (env "+config.EnvDataDir+")")
+}
+
+// resolve returns the DSN to open; a SQLite ledger must exist already, so a
+// wrong directory is reported instead of creating an empty ledger.
+func (l *ledgerFlags) resolve() (string, error) {
+	dsn := l.dsn
+	if dsn == "" {
+		dsn = config.DefaultLedger(l.dataDir)
 	}
-	return fs.String("ledger", def, "ledger DSN: sqlite:PATH or postgres://... (env "+config.EnvLedger+")")
+	if path, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
+		path, _, _ = strings.Cut(path, "?")
+		if _, err := os.Stat(path); err != nil {
+			return "", usageErr("no ledger at %s: give the worker's --data-dir (or env %s), or --ledger (env %s); the worker keeps it at <data-dir>/ledger.db", path, config.EnvDataDir, config.EnvLedger)
+		}
+	}
+	return dsn, nil
+}
+
+func (l *ledgerFlags) open(ctx context.Context) (ledger.Store, error) {
+	dsn, err := l.resolve()
+	if err != nil {
+		return nil, err
+	}
+	store, err := ledgerdb.Open(ctx, dsn)
+	if err != nil {
+		return nil, usageErr("open ledger %s: %v", config.SafeDSN(dsn), err)
+	}
+	return store, nil
 }
 
 // exception is one row of the exception queue.
@@ -32,82 +71,266 @@ type exception struct {
 	Tool       string        `json:"tool"`
 	Status     ledger.Status `json:"status"`
 	WorkflowID string        `json:"workflow_id"`
+	Step       int           `json:"step,omitempty"`
 	Age        string        `json:"age"`
+	Summary    string        `json:"summary,omitempty"`
 	Reason     string        `json:"reason,omitempty"`
 	Suggested  string        `json:"suggested_action"`
 }
 
-func suggest(op ledger.Operation) string {
-	resolve := fmt.Sprintf("starter resolve %s --step N --outcome succeeded|failed|retry --by NAME", op.WorkflowID)
-	switch {
-	case op.HoldReason != "":
-		return fmt.Sprintf("review the hold, then starter approve %s --step N --by NAME (or --reject)", op.WorkflowID)
-	case op.Status == ledger.CompensationFailed:
-		return "reverse it by hand or retry the reversal: " + resolve
-	case op.Status == ledger.Unknown:
-		return "look the key up at the provider; the workflow keeps reconciling until its window closes, then asks: " + resolve
+// stepOf reads the step number from an operation key
+// {session}:{turn}:{step}:{tool}[:compensate]; 0 when it is not one.
+func stepOf(key string) int {
+	parts := strings.Split(key, ":")
+	if len(parts) < 4 {
+		return 0
 	}
-	return "find out what happened at the provider, then: " + resolve
+	var n int
+	if _, err := fmt.Sscanf(parts[2], "%d", &n); err != nil || n < 1 {
+		return 0
+	}
+	return n
 }
 
-func cmdExceptions(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
-	fs := flag.NewFlagSet("exceptions", flag.ContinueOnError)
-	dsn := ledgerFlag(fs)
-	older := fs.Duration("older-than", 15*time.Minute, "list unknown operations older than this")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := parse(fs, args); err != nil {
-		return err
+// suggest is the hint for one exception row: it fits how the row came to
+// need a human and whether its tool can look itself up at the provider.
+func suggest(op ledger.Operation, specs tool.Catalog) string {
+	step := "N"
+	if n := stepOf(op.Key); n > 0 {
+		step = fmt.Sprint(n)
 	}
-	store, err := ledgerdb.Open(ctx, *dsn)
-	if err != nil {
-		return usageErr("%v", err)
+	wf := op.WorkflowID
+	if wf == "" {
+		wf = "ID"
 	}
-	defer store.Close()
-	ops, err := store.Exceptions(ctx, ledger.ExceptionFilter{UnknownOlderThan: *older})
-	if err != nil {
-		return err
+	status := "starter status " + wf
+	resolve := func(outcomes string) string {
+		return fmt.Sprintf("starter resolve %s --step %s --outcome %s --key FILE --note TEXT", wf, step, outcomes)
 	}
-	now := time.Now()
+	spec, known := specs.Spec(op.ActionType)
+	reversal := strings.HasSuffix(op.Key, ":compensate")
+	switch {
+	case op.HoldReason != "":
+		return fmt.Sprintf("held before any call (%s); read the card in `%s`, then starter approve %s --step %s --override --key FILE if it must run anyway, or --reject", op.HoldReason, status, wf, step)
+	case op.Status == ledger.CompensationFailed || reversal && op.Status == ledger.NeedsHuman:
+		return fmt.Sprintf("the reversal %s failed: reverse it by hand at the provider, then %s (succeeded: reversed by hand, retry: try the reversal again)", op.Key, resolve("succeeded|retry"))
+	case op.Status == ledger.InProgress:
+		return "an executor took the lease and vanished; the workflow's retry takes it over after the lease ends; check the worker's logs and `" + status + "`"
+	case known && spec.NoLookup && (op.Status == ledger.NeedsHuman || op.Status == ledger.Unknown):
+		return fmt.Sprintf("%s cannot be looked up by key: check the provider's own records (for mail, the relay log) for key %s, then %s; succeeded is recorded as your assertion", op.ActionType, op.Key, resolve("succeeded|failed|retry"))
+	case op.Status == ledger.Unknown:
+		return fmt.Sprintf("the workflow reconciles key %s with the provider until its window closes, then asks; to decide after it asks: %s --external-id ID for succeeded (checked at the provider)", op.Key, resolve("succeeded|failed|retry"))
+	case known:
+		return fmt.Sprintf("reconcile could not settle key %s: look it up at the provider, then %s --external-id ID for succeeded (checked at the provider)", op.Key, resolve("succeeded|failed|retry"))
+	}
+	return fmt.Sprintf("find out what happened to key %s at the provider, then %s", op.Key, resolve("succeeded|failed|retry"))
+}
+
+func exceptionRows(ops []ledger.Operation, specs tool.Catalog, at time.Time) []exception {
 	rows := []exception{}
 	for _, op := range ops {
 		reason := op.HoldReason
 		if reason == "" {
 			reason = op.ErrorCode
 		}
-		rows = append(rows, exception{Key: op.Key, Tool: op.ActionType, Status: op.Status, WorkflowID: op.WorkflowID,
-			Age: now.Sub(op.CreatedAt).Round(time.Second).String(), Reason: reason, Suggested: suggest(op)})
+		rows = append(rows, exception{Key: op.Key, Tool: op.ActionType, Status: op.Status, WorkflowID: op.WorkflowID, Step: stepOf(op.Key),
+			Age: age(op.CreatedAt, at), Summary: op.Summary, Reason: reason, Suggested: suggest(op, specs)})
 	}
-	if *asJSON {
+	return rows
+}
+
+func printExceptions(out io.Writer, rows []exception, asJSON bool) error {
+	if asJSON {
 		return printJSON(out, rows)
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tSTATUS\tAGE\tPLAN\tREASON\tSUGGESTED")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.Status, r.Age, r.WorkflowID, r.Reason, r.Suggested)
+	if len(rows) == 0 {
+		fmt.Fprintln(out, "the exception queue is empty")
+		return nil
 	}
-	return tw.Flush()
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSTATUS\tAGE\tPLAN\tSUMMARY\tREASON")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", safe(r.Key), safe(string(r.Status)), r.Age, safe(r.WorkflowID), safe(r.Summary), safe(r.Reason))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	for _, r := range rows {
+		fmt.Fprintf(out, "%s: %s\n", safe(r.Key), safe(r.Suggested))
+	}
+	return nil
+}
+
+func cmdExceptions(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
+	fs := flag.NewFlagSet("exceptions", flag.ContinueOnError)
+	var l ledgerFlags
+	l.register(fs)
+	older := fs.Duration("older-than", 15*time.Minute, "also list unknown operations unchanged for this long (needs_human, held and compensation_failed rows are listed at once)")
+	asJSON := fs.Bool("json", false, "print JSON (errors too, on standard error)")
+	pos, err := parse(fs, args, out)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("exceptions: takes no arguments (see starter exceptions --help)")
+	}
+	store, err := l.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ops, err := store.Exceptions(ctx, ledger.ExceptionFilter{UnknownOlderThan: *older})
+	if err != nil {
+		return err
+	}
+	return printExceptions(out, exceptionRows(ops, demotools.Specs(), now()), *asJSON)
+}
+
+func cmdAudit(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
+	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+	var l ledgerFlags
+	l.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON (errors too, on standard error)")
+	pos, err := parse(fs, args, out)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("audit: give one operation key, like sess-42:1:3:apply_refund (see starter audit --help)")
+	}
+	store, err := l.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	return audit(ctx, store, pos[0], out, *asJSON)
+}
+
+func audit(ctx context.Context, store ledger.Store, key string, out io.Writer, asJSON bool) error {
+	op, err := store.Get(ctx, key)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return &exitError{code: 1, err: fmt.Errorf("no operation with key %q in the ledger (keys look like sess-42:1:3:apply_refund; starter status ID lists a plan's keys)", key)}
+	}
+	if err != nil {
+		return err
+	}
+	trail, err := store.Decisions(ctx, key)
+	if err != nil {
+		err = fmt.Errorf("read the audit trail of %s: %w", key, err)
+		if !asJSON {
+			printOperation(out, op)
+		}
+		return err
+	}
+	if trail == nil {
+		trail = []ledger.DecisionRecord{}
+	}
+	if asJSON {
+		return printJSON(out, map[string]any{"operation": op, "decisions": trail})
+	}
+	printOperation(out, op)
+	if len(trail) == 0 {
+		fmt.Fprintln(out, "\nno human decision recorded")
+		return nil
+	}
+	fmt.Fprintln(out, "\ndecisions, oldest first:")
+	for _, d := range trail {
+		printRecord(out, d)
+	}
+	return nil
+}
+
+func printOperation(out io.Writer, op ledger.Operation) {
+	fmt.Fprintf(out, "operation %s  tool %s  status %s  attempts %d\n", safe(op.Key), safe(op.ActionType), safe(string(op.Status)), op.AttemptCount)
+	row := func(label, v string) {
+		if v != "" {
+			fmt.Fprintf(out, "  %-12s %s\n", label, safe(v))
+		}
+	}
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	row("summary", op.Summary)
+	row("external id", op.ExternalID)
+	row("error", op.ErrorCode)
+	row("hold", op.HoldReason)
+	row("plan", op.WorkflowID)
+	row("request", op.RequestID)
+	row("guard scope", op.GuardScope)
+	row("created", ts(op.CreatedAt))
+	row("updated", ts(op.UpdatedAt))
+	row("completed", ts(op.CompletedAt))
+	if op.ResolvedBy != "" {
+		row("resolved", fmt.Sprintf("by %s at %s: %s", op.ResolvedBy, ts(op.ResolvedAt), op.ResolveNote))
+	}
+}
+
+func printRecord(out io.Writer, d ledger.DecisionRecord) {
+	who := d.By + " (unverified)"
+	if d.Verified {
+		who = d.By + " (verified)"
+	}
+	fmt.Fprintf(out, "  #%d %s %s by %s, question %s", d.ID, d.AppliedAt.UTC().Format(time.RFC3339), safe(d.Kind), safe(who), safe(d.QuestionID))
+	if !d.SentAt.IsZero() {
+		fmt.Fprintf(out, ", sent %s", d.SentAt.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintln(out)
+	row := func(label, v string) {
+		if v != "" {
+			fmt.Fprintf(out, "      %-10s %s\n", label, safe(v))
+		}
+	}
+	row("key", d.Key)
+	row("outcome", strings.TrimSpace(d.Outcome+" "+d.ExternalID))
+	row("note", d.Note)
+	row("REFUSED", d.Refused)
+	if len(d.Card) > 0 {
+		var c workflows.Card
+		if json.Unmarshal(d.Card, &c) == nil {
+			row("card", strings.Join(nonEmpty(c.Change, c.Object, c.Amount, c.Rule, c.Clash), "; "))
+		}
+	}
+}
+
+func nonEmpty(s ...string) []string {
+	var out []string
+	for _, v := range s {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func cmdLedger(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
-	if len(args) == 0 || args[0] != "purge" {
-		return usageErr("ledger: the only subcommand is purge")
+	if _, err := subcommands("ledger", args, out, "purge"); err != nil {
+		return err
 	}
 	fs := flag.NewFlagSet("ledger purge", flag.ContinueOnError)
-	dsn := ledgerFlag(fs)
-	keep := fs.Duration("older-than", DefaultRetention, "remove final operations completed longer ago than this")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := parse(fs, args[1:]); err != nil {
+	var l ledgerFlags
+	l.register(fs)
+	keep := fs.Duration("older-than", DefaultRetention, "remove final operations completed longer ago than this (at least 24h)")
+	asJSON := fs.Bool("json", false, "print JSON (errors too, on standard error)")
+	pos, err := parse(fs, args[1:], out)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("ledger purge: takes no arguments (see starter ledger purge --help)")
 	}
 	if *keep < 24*time.Hour {
 		return usageErr("ledger purge: --older-than %s is shorter than a day; keep entries longer than any retry window", *keep)
 	}
-	store, err := ledgerdb.Open(ctx, *dsn)
+	store, err := l.open(ctx)
 	if err != nil {
-		return usageErr("%v", err)
+		return err
 	}
 	defer store.Close()
-	n, err := store.Purge(ctx, time.Now().Add(-*keep))
+	n, err := store.Purge(ctx, now().Add(-*keep))
 	if err != nil {
 		return err
 	}

@@ -6,18 +6,37 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
+	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/demotools"
+	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/workflows"
 )
+
+// Environment variables the starter reads besides config's.
+const (
+	// envUIURL is the Temporal Web UI base URL, for links.
+	envUIURL = "AGENTSAGA_UI_URL"
+	// envOperatorKey is the operator's private key file, for signing.
+	envOperatorKey = "AGENTSAGA_OPERATOR_KEY"
+)
+
+// defaultUIURL is where `worker --dev` serves the Web UI.
+var defaultUIURL = "http://127.0.0.1:" + strconv.Itoa(config.DefaultUIPort)
+
+// now is the starter's clock; tests replace it.
+var now = time.Now
 
 // conn holds the flags every Temporal command shares.
 type conn struct {
@@ -28,11 +47,11 @@ type conn struct {
 
 func (c *conn) register(fs *flag.FlagSet) {
 	c.temporal.Register(fs)
-	fs.StringVar(&c.uiURL, "ui", "http://127.0.0.1:8233", "Temporal UI base URL, for links")
-	fs.BoolVar(&c.json, "json", false, "print JSON")
+	fs.StringVar(&c.uiURL, "ui-url", envOr(envUIURL, defaultUIURL), "Temporal Web UI base URL, for links (env "+envUIURL+"; worker --dev serves it on --ui-port)")
+	fs.BoolVar(&c.json, "json", false, "print JSON (errors too, on standard error)")
 }
 
-func (c *conn) dial() (*sagaclient.Client, func(), error) {
+func (c *conn) dial(key *operators.Key) (*sagaclient.Client, func(), error) {
 	opts, err := c.temporal.ClientOptions()
 	if err != nil {
 		return nil, nil, usageErr("%v", err)
@@ -42,42 +61,76 @@ func (c *conn) dial() (*sagaclient.Client, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to Temporal at %s: %w (start one with `go run ./worker --dev`, or set --address)", c.temporal.Address, err)
 	}
-	return sagaclient.New(tc, sagaclient.Options{TaskQueue: c.temporal.TaskQueue, Catalog: demotools.Specs()}), tc.Close, nil
+	return sagaclient.New(tc, sagaclient.Options{TaskQueue: c.temporal.TaskQueue, Catalog: demotools.Specs(), Key: key}), tc.Close, nil
 }
 
 func (c *conn) link(workflowID string) string {
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(c.uiURL, "/"), c.temporal.Namespace, workflowID)
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(c.uiURL, "/"), url.PathEscape(c.temporal.Namespace), url.PathEscape(workflowID))
 }
 
-func cmdRun(ctx context.Context, args []string, stdin io.Reader, out io.Writer) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	var c conn
-	c.register(fs)
-	file := fs.String("plan", "", "plan JSON file, or - for standard input")
-	wait := fs.Bool("wait", false, "wait for the plan to finish and print its final status")
-	if _, err := parse(fs, args); err != nil {
-		return err
+// requestIDNamespace scopes minted request IDs (UUIDv5) to agentsaga.
+var requestIDNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/agentsaga/agentsaga/request_id"))
+
+// mintRequestID gives a plan without request_id one: a UUID derived from the
+// workflow ID and the plan fingerprint (version 5), so running the same plan
+// again attaches to the same run under the same request ID instead of
+// printing a new one that nothing carries.
+func mintRequestID(p *plan.Plan) (bool, error) {
+	if p.RequestID != "" {
+		return false, nil
 	}
-	if *file == "" {
-		return usageErr("run: --plan FILE|- is required")
+	fp, err := p.Fingerprint()
+	if err != nil {
+		return false, err
 	}
+	p.RequestID = uuid.NewSHA1(requestIDNamespace, []byte(p.WorkflowID()+"\n"+fp)).String()
+	return true, nil
+}
+
+// readPlan reads, validates and completes the plan of `run` without any
+// connection.
+func readPlan(file string, stdin io.Reader) (plan.Plan, bool, error) {
 	r := stdin
-	if *file != "-" {
-		f, err := os.Open(*file)
+	if file != "-" {
+		f, err := os.Open(file)
 		if err != nil {
-			return usageErr("run: open plan: %v", err)
+			return plan.Plan{}, false, usageErr("run: open plan: %v", err)
 		}
 		defer f.Close()
 		r = f
 	}
 	p, err := plan.Parse(r)
 	if err != nil {
-		return usageErr("%v", err)
+		return plan.Plan{}, false, usageErr("%v", err)
 	}
 	if err := p.Validate(demotools.Specs()); err != nil {
-		return usageErr("%v", err)
+		return plan.Plan{}, false, usageErr("%v", err)
 	}
-	sc, closeFn, err := c.dial()
+	minted, err := mintRequestID(&p)
+	if err != nil {
+		return plan.Plan{}, false, usageErr("%v", err)
+	}
+	return p, minted, nil
+}
+
+func cmdRun(ctx context.Context, args []string, stdin io.Reader, out io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var c conn
+	c.register(fs)
+	file := fs.String("plan", "", "plan JSON file, or - for standard input (required)")
+	wait := fs.Bool("wait", false, "wait for the plan to finish and print its final status; exit 1 unless it succeeded")
+	pos, err := parse(fs, args, out)
+	if err != nil {
+		return err
+	}
+	if *file == "" || len(pos) > 0 {
+		return usageErr("run: usage: run --plan FILE|- [--wait]")
+	}
+	p, minted, err := readPlan(*file, stdin)
+	if err != nil {
+		return err
+	}
+	sc, closeFn, err := c.dial(nil)
 	if err != nil {
 		return err
 	}
@@ -92,16 +145,21 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	}
 	if !*wait {
 		if c.json {
-			return printJSON(out, map[string]string{"workflow_id": started.WorkflowID, "run_id": started.RunID, "plan_fingerprint": started.PlanFingerprint, "ui": c.link(started.WorkflowID)})
+			return printJSON(out, map[string]any{"workflow_id": started.WorkflowID, "run_id": started.RunID, "plan_fingerprint": started.PlanFingerprint,
+				"request_id": p.RequestID, "request_id_minted": minted, "ui": c.link(started.WorkflowID)})
 		}
-		fmt.Fprintf(out, "workflow %s\nrun      %s\nui       %s\n", started.WorkflowID, started.RunID, c.link(started.WorkflowID))
+		fmt.Fprintf(out, "workflow   %s\nrun        %s\nrequest id %s%s\nui         %s\n", safe(started.WorkflowID), safe(started.RunID), safe(p.RequestID),
+			map[bool]string{true: " (minted: the plan had none)"}[minted], safe(c.link(started.WorkflowID)))
 		return nil
+	}
+	if !c.json {
+		fmt.Fprintf(out, "workflow %s  request id %s  ui %s\n", safe(started.WorkflowID), safe(p.RequestID), safe(c.link(started.WorkflowID)))
 	}
 	st, err := sc.Wait(ctx, started.WorkflowID)
 	if err != nil {
 		return err
 	}
-	if err := printStatus(out, st, c.json); err != nil {
+	if err := printStatus(out, st, c.json, now()); err != nil {
 		return err
 	}
 	if st.State != workflows.SagaSucceeded {
@@ -110,18 +168,25 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	return nil
 }
 
+func oneID(cmd string, pos []string) error {
+	if len(pos) != 1 {
+		return usageErr("%s: give one workflow ID, like agent-plan:sess-1:1 (see starter %s --help)", cmd, cmd)
+	}
+	return nil
+}
+
 func cmdStatus(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
-	pos, err := parse(fs, args)
+	pos, err := parse(fs, args, out)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageErr("status: give one workflow ID, like agent-plan:sess-1:1")
+	if err := oneID("status", pos); err != nil {
+		return err
 	}
-	sc, closeFn, err := c.dial()
+	sc, closeFn, err := c.dial(nil)
 	if err != nil {
 		return err
 	}
@@ -130,105 +195,332 @@ func cmdStatus(ctx context.Context, args []string, _ io.Reader, out io.Writer) e
 	if err != nil {
 		return err
 	}
-	return printStatus(out, st, c.json)
+	return printStatus(out, st, c.json, now())
 }
 
-func printStatus(out io.Writer, st workflows.Status, asJSON bool) error {
+func printStatus(out io.Writer, st workflows.Status, asJSON bool, at time.Time) error {
 	if asJSON {
 		return printJSON(out, st)
 	}
-	fmt.Fprintf(out, "plan %s  state %s  fingerprint %.12s\n", st.WorkflowID, st.State, st.PlanFingerprint)
+	fmt.Fprintf(out, "plan %s  state %s  fingerprint %.12s", safe(st.WorkflowID), safe(string(st.State)), safe(st.PlanFingerprint))
+	if st.RequestID != "" {
+		fmt.Fprintf(out, "  request %s", safe(st.RequestID))
+	}
+	fmt.Fprintln(out)
 	if st.Error != "" {
-		fmt.Fprintf(out, "error: %s\n", st.Error)
+		fmt.Fprintf(out, "error: %s\n", safe(st.Error))
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tKEY\tCLASS\tSTATE\tATTEMPTS\tEXTERNAL ID\tWAITING\tCOMPENSATION\tLAST ERROR")
 	for _, s := range st.Steps {
 		comp := ""
 		if s.Compensation != nil {
-			comp = fmt.Sprintf("%s %s", s.Compensation.State, s.Compensation.ExternalID)
+			comp = strings.TrimSpace(fmt.Sprintf("%s %s", s.Compensation.State, s.Compensation.ExternalID))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.Step, s.Key, s.Class, s.State, s.Attempts, s.ExternalID, s.Waiting, comp, s.LastError)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.Step, safe(s.Key), safe(string(s.Class)), safe(string(s.State)), s.Attempts,
+			safe(s.ExternalID), safe(s.Waiting), safe(comp), safe(s.LastError))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, s := range st.Steps {
 		for _, d := range s.Decisions {
-			verdict := string(d.Outcome)
-			if d.Kind == workflows.SignalApprove {
-				verdict = map[bool]string{true: "approved", false: "rejected"}[d.Approved]
-			}
-			if d.Refused != "" {
-				verdict = "REFUSED: " + d.Refused
-			}
-			fmt.Fprintf(out, "step %d %s by %s at %s: %s %s\n", s.Step, d.Kind, d.By, d.At.Format("2006-01-02 15:04:05"), verdict, d.Note)
+			fmt.Fprintf(out, "step %d %s\n", s.Step, decisionLine(d))
 		}
 	}
+	for _, q := range st.Questions {
+		printQuestion(out, st.WorkflowID, q, at)
+	}
 	return nil
+}
+
+func decisionLine(d workflows.Decision) string {
+	verdict := string(d.Outcome)
+	if d.Kind == workflows.SignalApprove {
+		verdict = map[bool]string{true: "approved", false: "rejected"}[d.Approved]
+	}
+	if d.ExternalID != "" {
+		verdict += " external id " + d.ExternalID
+	}
+	if d.Refused != "" {
+		verdict = "REFUSED: " + d.Refused
+	}
+	who := d.By + " (unverified)"
+	if d.Verified {
+		who = d.By + " (verified)"
+	}
+	line := fmt.Sprintf("%s by %s at %s", safe(d.Kind), safe(who), d.At.UTC().Format(time.RFC3339))
+	if d.QuestionID != "" {
+		line += " question " + safe(d.QuestionID)
+	}
+	line += ": " + safe(verdict)
+	if d.Note != "" {
+		line += " - " + safe(d.Note)
+	}
+	return line
+}
+
+func age(from, at time.Time) string {
+	if from.IsZero() {
+		return "unknown"
+	}
+	d := at.Sub(from)
+	if d < 0 {
+		d = 0
+	}
+	return d.Round(time.Second).String()
+}
+
+// printQuestion prints an open question with its card and the command that
+// answers it.
+func printQuestion(out io.Writer, workflowID string, q workflows.Question, at time.Time) {
+	fmt.Fprintf(out, "\nquestion %s: %s of step %d, open %s", safe(q.ID), safe(q.Kind), q.Step, age(q.OpenedAt, at))
+	if !q.ExpiresAt.IsZero() {
+		left := q.ExpiresAt.Sub(at).Round(time.Second)
+		if left > 0 {
+			fmt.Fprintf(out, ", expires in %s (then rejected and compensated)", left)
+		} else {
+			fmt.Fprint(out, ", expired")
+		}
+	}
+	fmt.Fprintln(out)
+	c := q.Card
+	row := func(label, v string) {
+		if v != "" {
+			fmt.Fprintf(out, "  %-12s %s\n", label, safe(v))
+		}
+	}
+	row("change", c.Change)
+	row("system", c.System)
+	row("object", c.Object)
+	amount := c.Amount
+	if c.AmountMinor != 0 || c.Currency != "" {
+		amount = strings.TrimSpace(fmt.Sprintf("%s (%d minor units %s)", c.Amount, c.AmountMinor, c.Currency))
+	}
+	row("amount", amount)
+	var who []string
+	if c.RequestID != "" {
+		who = append(who, "request "+c.RequestID)
+	}
+	if c.RequestedBy != "" {
+		who = append(who, "requested by "+c.RequestedBy)
+	}
+	if c.Session != "" {
+		who = append(who, "session "+c.Session)
+	}
+	row("who asked", strings.Join(who, ", "))
+	row("rule", c.Rule)
+	if c.Clash != "" {
+		row("clash", c.Clash+"  (approving needs --override)")
+	}
+	for i, a := range c.AlreadyRan {
+		label := ""
+		if i == 0 {
+			label = "already ran"
+		}
+		fmt.Fprintf(out, "  %-12s %s\n", label, safe(a))
+	}
+	key := c.Key
+	if key == "" {
+		key = q.Key
+	}
+	row("key", key)
+	row("fingerprint", q.Fingerprint)
+	row("answers", strings.Join(q.Answers, ", "))
+	row("decide", answerHint(workflowID, q))
+}
+
+func answerHint(workflowID string, q workflows.Question) string {
+	base := fmt.Sprintf("--step %d --question %s --key FILE", q.Step, q.ID)
+	if q.Kind == workflows.QuestionApproval {
+		override := ""
+		if q.Card.Clash != "" {
+			override = " --override"
+		}
+		return fmt.Sprintf("starter approve %s %s%s [--reason TEXT]   (or --reject --reason TEXT)", workflowID, base, override)
+	}
+	return fmt.Sprintf("starter resolve %s %s --outcome %s [--external-id ID] --note TEXT", workflowID, base, outcomes(q))
+}
+
+func outcomes(q workflows.Question) string {
+	var o []string
+	for _, a := range q.Answers {
+		if a == string(workflows.OutcomeSucceeded) || a == string(workflows.OutcomeFailed) || a == string(workflows.OutcomeRetry) {
+			o = append(o, a)
+		}
+	}
+	if len(o) == 0 {
+		return "succeeded|failed|retry"
+	}
+	return strings.Join(o, "|")
+}
+
+// decider holds the flags that say who decides.
+type decider struct {
+	key     string
+	by      string
+	timeout time.Duration
+}
+
+func (d *decider) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.key, "key", os.Getenv(envOperatorKey), "your operator key file (made by starter operator keygen); signs the decision (env "+envOperatorKey+")")
+	fs.StringVar(&d.by, "by", "", "who decides, only without --key: the workflow records the name as unverified, and a worker with an operators file refuses it")
+	fs.DurationVar(&d.timeout, "timeout", time.Minute, "how long to wait for the workflow's answer")
+}
+
+// load checks the identity flags and reads the key, before any connection.
+func (d *decider) load(cmd string) (*operators.Key, error) {
+	if d.key == "" {
+		if d.by == "" {
+			return nil, usageErr("%s: say who decides: --key FILE signs the decision (or env %s); --by NAME without a key is recorded as unverified", cmd, envOperatorKey)
+		}
+		if err := operators.ValidName(d.by); err != nil {
+			return nil, usageErr("%s: --by: %v", cmd, err)
+		}
+		return nil, nil
+	}
+	k, err := operators.LoadKey(d.key)
+	if err != nil {
+		return nil, usageErr("%s: --key: %v", cmd, err)
+	}
+	if d.by != "" && d.by != k.Name {
+		return nil, usageErr("%s: --by %q differs from the key's operator %q: a signed decision is made by the key's owner; drop --by", cmd, d.by, k.Name)
+	}
+	return k, nil
 }
 
 func cmdApprove(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
-	stepN := fs.Int("step", 0, "step number (from 1)")
-	by := fs.String("by", "", "who decides (required)")
-	reject := fs.Bool("reject", false, "reject instead of approve")
+	var d decider
+	d.register(fs)
+	stepN := fs.Int("step", 0, "step number (from 1); may be left out when --question is given")
+	question := fs.String("question", "", "the question id you answer (default: the step's open approval question, read from status)")
+	reject := fs.Bool("reject", false, "reject instead of approve: the step fails and the plan compensates")
+	override := fs.Bool("override", false, "let the call through the guard clash or suspected duplicate shown on the card (recorded)")
 	reason := fs.String("reason", "", "why")
-	fp := fs.String("fingerprint", "", "the step fingerprint you approve (default: the step's current one, read from status)")
-	pos, err := parse(fs, args)
+	fp := fs.String("fingerprint", "", "the step fingerprint you approve (default: the question's, read from status)")
+	pos, err := parse(fs, args, out)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 || *stepN < 1 || *by == "" {
-		return usageErr("approve: usage: approve ID --step N --by NAME [--reject --reason TEXT]")
+	if len(pos) != 1 || (*stepN < 1 && *question == "") {
+		return usageErr("approve: usage: approve ID --step N [--question Q] (--key FILE | --by NAME) [--reject] [--override] [--reason TEXT]")
 	}
-	sc, closeFn, err := c.dial()
+	key, err := d.load("approve")
+	if err != nil {
+		return err
+	}
+	sc, closeFn, err := c.dial(key)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	sig := workflows.ApproveSignal{Step: *stepN, Fingerprint: *fp, By: *by, Approved: !*reject, Reason: *reason}
-	if err := sc.Approve(ctx, pos[0], sig); err != nil {
-		return err
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	res, err := sc.Approve(ctx, pos[0], workflows.ApproveSignal{Step: *stepN, QuestionID: *question, Fingerprint: *fp, By: d.by,
+		Approved: !*reject, Override: *override, Reason: *reason})
+	if err != nil {
+		return decisionErr(err)
 	}
-	return done(out, c.json, "signal approve sent", pos[0], *stepN)
+	return printDecision(out, c.json, pos[0], res)
 }
 
 func cmdResolve(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
+	var d decider
+	d.register(fs)
 	stepN := fs.Int("step", 0, "step number (from 1)")
-	by := fs.String("by", "", "who decides (required)")
-	outcome := fs.String("outcome", "", "succeeded, failed or retry")
-	ext := fs.String("external-id", "", "the provider's id, when the effect is known to exist")
-	note := fs.String("note", "", "why")
-	pos, err := parse(fs, args)
+	question := fs.String("question", "", "the question id you answer (default: the step's open outcome or reversal question, read from status)")
+	outcome := fs.String("outcome", "", "succeeded (it happened; give --external-id), failed (it did not happen, do not retry) or retry (it did not happen, call again with the same key)")
+	ext := fs.String("external-id", "", "the provider's id of the effect; for a tool that can look itself up it is checked at the provider")
+	note := fs.String("note", "", "why: what you checked")
+	pos, err := parse(fs, args, out)
 	if err != nil {
 		return err
 	}
 	o := workflows.Outcome(*outcome)
-	if len(pos) != 1 || *stepN < 1 || *by == "" || (o != workflows.OutcomeSucceeded && o != workflows.OutcomeFailed && o != workflows.OutcomeRetry) {
-		return usageErr("resolve: usage: resolve ID --step N --outcome succeeded|failed|retry --by NAME [--external-id X] [--note TEXT]")
+	if len(pos) != 1 || *stepN < 1 || (o != workflows.OutcomeSucceeded && o != workflows.OutcomeFailed && o != workflows.OutcomeRetry) {
+		return usageErr("resolve: usage: resolve ID --step N [--question Q] --outcome succeeded|failed|retry (--key FILE | --by NAME) [--external-id X] [--note TEXT]")
 	}
-	sc, closeFn, err := c.dial()
+	key, err := d.load("resolve")
+	if err != nil {
+		return err
+	}
+	sc, closeFn, err := c.dial(key)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	if err := sc.Resolve(ctx, pos[0], workflows.ResolveSignal{Step: *stepN, Outcome: o, ExternalID: *ext, By: *by, Note: *note}); err != nil {
-		return err
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	res, err := sc.Resolve(ctx, pos[0], workflows.ResolveSignal{Step: *stepN, QuestionID: *question, Outcome: o, ExternalID: *ext, By: d.by, Note: *note})
+	if err != nil {
+		return decisionErr(err)
 	}
-	return done(out, c.json, "signal resolve sent", pos[0], *stepN)
+	return printDecision(out, c.json, pos[0], res)
 }
 
-func done(out io.Writer, asJSON bool, what, id string, stepN int) error {
-	if asJSON {
-		return printJSON(out, map[string]any{"ok": true, "workflow_id": id, "step": stepN, "message": what})
+// decisionErr keeps a refusal's reason and makes it exit 1.
+func decisionErr(err error) error {
+	var rej *sagaclient.RejectedError
+	if errors.As(err, &rej) || errors.Is(err, sagaclient.ErrNoOpenQuestion) {
+		return &exitError{code: 1, err: err}
 	}
-	fmt.Fprintf(out, "%s to %s step %d; check it with `starter status %s`\n", what, id, stepN, id)
+	return err
+}
+
+func printDecision(out io.Writer, asJSON bool, workflowID string, res workflows.DecisionResult) error {
+	if asJSON {
+		return printJSON(out, struct {
+			WorkflowID string `json:"workflow_id"`
+			workflows.DecisionResult
+		}{workflowID, res})
+	}
+	what := "applied"
+	if !res.Applied {
+		what = "already applied (the same decision was sent before; nothing happened twice)"
+	}
+	who := res.By + " (unverified: typed name)"
+	if res.Verified {
+		who = res.By + " (verified against the operators file)"
+	}
+	fmt.Fprintf(out, "%s: question %s of %s, decided by %s\n", what, safe(res.QuestionID), safe(workflowID), safe(who))
+	if res.Message != "" {
+		fmt.Fprintf(out, "%s\n", safe(res.Message))
+	}
+	fmt.Fprintf(out, "follow it with `starter status %s`\n", safe(workflowID))
+	return nil
+}
+
+func cmdCancel(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
+	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
+	var c conn
+	c.register(fs)
+	pos, err := parse(fs, args, out)
+	if err != nil {
+		return err
+	}
+	if err := oneID("cancel", pos); err != nil {
+		return err
+	}
+	sc, closeFn, err := c.dial(nil)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	if err := sc.Cancel(ctx, pos[0]); err != nil {
+		return err
+	}
+	if c.json {
+		return printJSON(out, map[string]any{"ok": true, "workflow_id": pos[0], "message": "cancel requested; the plan compensates what it did"})
+	}
+	fmt.Fprintf(out, "cancel requested for %s: the plan compensates what it did (reversals newest first) and ends compensated,\n"+
+		"or compensation_failed for a human to decide. Follow it with `starter status %s`.\n"+
+		"(Terminating the workflow instead would NOT compensate: every effect would stay.)\n", safe(pos[0]), safe(pos[0]))
 	return nil
 }
 
@@ -236,10 +528,14 @@ func cmdEscalations(ctx context.Context, args []string, _ io.Reader, out io.Writ
 	fs := flag.NewFlagSet("escalations", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
-	if _, err := parse(fs, args); err != nil {
+	pos, err := parse(fs, args, out)
+	if err != nil {
 		return err
 	}
-	sc, closeFn, err := c.dial()
+	if len(pos) > 0 {
+		return usageErr("escalations: takes no arguments (see starter escalations --help)")
+	}
+	sc, closeFn, err := c.dial(nil)
 	if err != nil {
 		return err
 	}
@@ -248,21 +544,36 @@ func cmdEscalations(ctx context.Context, args []string, _ io.Reader, out io.Writ
 	if err != nil {
 		return err
 	}
-	if c.json {
+	return printEscalations(out, list, c.json, now(), c.link)
+}
+
+func printEscalations(out io.Writer, list []sagaclient.Escalation, asJSON bool, at time.Time, link func(string) string) error {
+	if asJSON {
 		if list == nil {
 			list = []sagaclient.Escalation{}
 		}
 		return printJSON(out, list)
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKFLOW\tSTATE\tSTEP\tKEY\tWAITING FOR\tLAST ERROR")
-	for _, e := range list {
-		for _, s := range e.Steps {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", e.WorkflowID, e.State, s.Step, s.Key, s.Waiting, s.LastError)
+	if len(list) == 0 {
+		fmt.Fprintln(out, "no plan waits for a human")
+		return nil
+	}
+	for i, e := range list {
+		if i > 0 {
+			fmt.Fprintln(out, "\n----")
 		}
-		if len(e.Steps) == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\n", e.WorkflowID, e.State)
+		fmt.Fprintf(out, "plan %s  state %s  waiting %s  ui %s\n", safe(e.WorkflowID), safe(string(e.State)), age(e.OpenSince, at), safe(link(e.WorkflowID)))
+		if e.StatusError != "" {
+			fmt.Fprintf(out, "  status unavailable: %s\n", safe(e.StatusError))
+		}
+		for _, q := range e.Questions {
+			printQuestion(out, e.WorkflowID, q, at)
+		}
+		if len(e.Questions) == 0 {
+			for _, s := range e.Steps {
+				fmt.Fprintf(out, "  step %d %s waits for %s: %s\n", s.Step, safe(s.Key), safe(s.Waiting), safe(s.LastError))
+			}
 		}
 	}
-	return tw.Flush()
+	return nil
 }

@@ -15,16 +15,17 @@ import (
 )
 
 func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
-	if len(args) == 0 {
-		return usageErr("sandbox: give effects, fault or serve")
+	sub, err := subcommands("sandbox", args, out, "effects", "fault", "serve")
+	if err != nil {
+		return err
 	}
-	fs := flag.NewFlagSet("sandbox "+args[0], flag.ContinueOnError)
+	fs := flag.NewFlagSet("sandbox "+sub, flag.ContinueOnError)
 	base := fs.String("sandbox-url", envOr(config.EnvSandboxURL, "http://127.0.0.1:8090"), "sandbox base URL (env "+config.EnvSandboxURL+")")
-	asJSON := fs.Bool("json", false, "print JSON")
-	switch args[0] {
+	asJSON := fs.Bool("json", false, "print JSON (errors too, on standard error)")
+	switch sub {
 	case "effects":
 		provider := fs.String("provider", "", "one provider: orders, payments, crm, accounting, mail (default all)")
-		if _, err := parse(fs, args[1:]); err != nil {
+		if _, err := parse(fs, args[1:], out); err != nil {
 			return err
 		}
 		effects, err := sandbox.NewClient(*base, nil).Effects(ctx, *provider)
@@ -44,7 +45,7 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 			if e.Currency != "" {
 				amount = fmt.Sprintf("%d %s", e.AmountMinor, e.Currency)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Provider, e.Kind, e.ID, e.Key, e.Reverses, amount, e.Status, e.CreatedAt.Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(string(e.Provider)), safe(string(e.Kind)), safe(e.ID), safe(e.Key), safe(e.Reverses), safe(amount), safe(string(e.Status)), e.CreatedAt.Format(time.RFC3339))
 		}
 		return tw.Flush()
 	case "fault":
@@ -56,7 +57,7 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 		fs.IntVar(&f.Status, "status", 0, "for kind reject: the 4xx status")
 		fs.StringVar(&f.Code, "code", "", "for kind reject: the error code")
 		clear := fs.Bool("clear", false, "clear every pending fault instead")
-		if _, err := parse(fs, args[1:]); err != nil {
+		if _, err := parse(fs, args[1:], out); err != nil {
 			return err
 		}
 		c := sandbox.NewClient(*base, nil)
@@ -64,7 +65,11 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 			if err := c.ClearFaults(ctx); err != nil {
 				return err
 			}
-			return done(out, *asJSON, "faults cleared", *base, 0)
+			if *asJSON {
+				return printJSON(out, map[string]any{"ok": true, "sandbox_url": *base, "message": "faults cleared"})
+			}
+			fmt.Fprintf(out, "faults cleared at %s\n", safe(*base))
+			return nil
 		}
 		f.Fault = sandbox.FaultKind(*kind)
 		if err := f.Validate(); err != nil {
@@ -76,12 +81,12 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 		if *asJSON {
 			return printJSON(out, f)
 		}
-		fmt.Fprintf(out, "fault %s on %s for %d call(s)\n", f.Fault, f.Op, f.Count)
+		fmt.Fprintf(out, "fault %s on %s for %d call(s)\n", safe(string(f.Fault)), safe(f.Op), f.Count)
 		return nil
 	case "serve":
 		addr := fs.String("addr", "127.0.0.1:8090", "listen address")
 		dir := fs.String("data-dir", envOr(config.EnvDataDir, ""), "keep the providers' SQLite files here (default in memory)")
-		if _, err := parse(fs, args[1:]); err != nil {
+		if _, err := parse(fs, args[1:], out); err != nil {
 			return err
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -89,7 +94,7 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 			fmt.Fprintf(out, "sandbox providers at %s (admin %s/admin)\n", s.BaseURL(), s.BaseURL())
 		})
 	}
-	return usageErr("sandbox: unknown subcommand %q: give effects, fault or serve", args[0])
+	return usageErr("sandbox: unknown subcommand %q: give effects, fault or serve", sub)
 }
 
 func envOr(name, def string) string {

@@ -24,7 +24,9 @@ import (
 	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/devstack"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
+	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/sagaworker"
+	"github.com/agentsaga/agentsaga/workflows"
 )
 
 func main() {
@@ -42,6 +44,9 @@ func main() {
 
 type usageError struct{ error }
 
+// envOperators names the operators file (see package operators).
+const envOperators = "AGENTSAGA_OPERATORS"
+
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	var t config.Temporal
@@ -53,8 +58,12 @@ func run(ctx context.Context, args []string) error {
 	ledgerDSN := fs.String("ledger", os.Getenv(config.EnvLedger), "ledger: sqlite:PATH or postgres://... (env "+config.EnvLedger+"; default sqlite under --data-dir)")
 	sandboxAddr := fs.String("sandbox-addr", "127.0.0.1:8090", "with --dev: where the sandbox providers listen")
 	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers (env "+config.EnvSandboxURL+"; --dev starts its own)")
+	operatorsFile := fs.String("operators", os.Getenv(envOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+envOperators+"; without it typed names are recorded as unverified)")
 	verbose := fs.Bool("v", false, "log every tool call")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // the flags were printed
+		}
 		return usageError{err}
 	}
 	level := slog.LevelWarn
@@ -62,8 +71,22 @@ func run(ctx context.Context, args []string) error {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// A nil *operators.Keyring must not reach the interface: a typed nil
+	// would be a non-nil Verifier that refuses every decision.
+	var verifier workflows.Verifier
+	if *operatorsFile != "" {
+		ring, err := operators.Load(*operatorsFile)
+		if err != nil {
+			return usageError{fmt.Errorf("--operators: %w", err)}
+		}
+		verifier = ring
+		log.Info("decisions must be signed", "operators", ring.Names())
+	}
 
 	if *dev {
+		if verifier != nil {
+			return usageError{errors.New("--operators is not supported with --dev yet (the dev stack accepts typed names, recorded as unverified); run the worker without --dev against the dev server to check signatures")}
+		}
 		st, err := devstack.Start(ctx, devstack.Options{
 			DataDir: *dataDir, Port: *port, UIPort: *uiPort, Ledger: *ledgerDSN, SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr,
 			TaskQueue: t.TaskQueue, Logger: log,
@@ -110,14 +133,18 @@ func run(ctx context.Context, args []string) error {
 	if err := sagaworker.RegisterSearchAttributes(ctx, c, t.Namespace); err != nil {
 		log.Warn("search attributes not registered; escalations cannot be listed until they are", "error", err)
 	}
-	w, err := sagaworker.New(c, sagaworker.Options{TaskQueue: t.TaskQueue, Tools: tools, Ledger: store, Logger: log})
+	w, err := sagaworker.New(c, sagaworker.Options{TaskQueue: t.TaskQueue, Tools: tools, Ledger: store, Logger: log, Operators: verifier})
 	if err != nil {
 		return err
 	}
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
-	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn))
+	identity := "typed names, recorded as unverified (no --operators)"
+	if verifier != nil {
+		identity = "signed by an operator in " + *operatorsFile
+	}
+	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s\ndecisions: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), identity)
 	<-ctx.Done()
 	w.Stop()
 	return nil
