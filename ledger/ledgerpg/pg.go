@@ -91,7 +91,12 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if o.clock != nil {
 		d.DBClock, clock = false, o.clock
 	}
-	return &Store{sqlstore.New(db, d, clock)}, nil
+	s, err := sqlstore.New(ctx, db, d, clock)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("ledgerpg: %w", err)
+	}
+	return &Store{s}, nil
 }
 
 // migrationLock takes a session advisory lock private to the schema the

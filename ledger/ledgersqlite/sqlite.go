@@ -92,7 +92,12 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("ledgersqlite: open %s: %w", path, err)
 	}
-	return &Store{sqlstore.New(db, dialect, o.clock)}, nil
+	s, err := sqlstore.New(ctx, db, dialect, o.clock)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("ledgersqlite: open %s: %w", path, err)
+	}
+	return &Store{s}, nil
 }
 
 // ensureWAL switches the database file to write-ahead logging, which then

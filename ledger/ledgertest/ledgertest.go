@@ -955,10 +955,14 @@ func Benchmark(b *testing.B, h Harness) {
 	store := h.Open(b, loc, nil)
 	b.Cleanup(func() { _ = store.Close() })
 	result := json.RawMessage(`{"refund_id":"re_1","amount_minor":12900}`)
+	// -count reruns the sub-benchmarks on the same ledger: each run has
+	// keys of its own.
+	runs := 0
 	b.Run("Fresh", func(b *testing.B) {
+		runs++
 		i := 0
 		for b.Loop() {
-			r := req(fmt.Sprintf("bench:%d", i))
+			r := req(fmt.Sprintf("bench:%d:%d", runs, i))
 			i++
 			c, err := store.Claim(ctx, r)
 			if err != nil || c.Verdict != ledger.Execute {
@@ -970,7 +974,8 @@ func Benchmark(b *testing.B, h Harness) {
 		}
 	})
 	b.Run("Replay", func(b *testing.B) {
-		r := req("bench:replay")
+		runs++
+		r := req(fmt.Sprintf("bench:replay:%d", runs))
 		if c, err := store.Claim(ctx, r); err != nil || c.Verdict != ledger.Execute {
 			b.Fatalf("first claim of the replayed key: verdict %q (want execute), error %v", c.Verdict, err)
 		}

@@ -54,25 +54,58 @@ type Store struct {
 	d   Dialect
 	now func() time.Time
 	q   queries
+	// The statements of every claim, prepared once: SQLite (modernc)
+	// would otherwise compile each on every call.
+	insertStmt, getNowStmt, claimStmt, completeStmt *sql.Stmt
 }
 
 // New returns a Store on db, whose schema must be migrated. clock is the
 // store's Go clock (nil means time.Now); it is the time of every record
 // unless d.DBClock is set, when the database's clock is used instead.
-func New(db *sql.DB, d Dialect, clock func() time.Time) *Store {
+func New(ctx context.Context, db *sql.DB, d Dialect, clock func() time.Time) (*Store, error) {
 	if clock == nil {
 		clock = time.Now
 	}
 	s := &Store{db: db, d: d, now: clock}
 	s.q = newQueries(s.expand)
-	return s
+	for _, p := range []struct {
+		st **sql.Stmt
+		q  string
+	}{{&s.insertStmt, s.q.insert}, {&s.getNowStmt, s.q.getNow}, {&s.claimStmt, s.q.claim}, {&s.completeStmt, s.q.complete}} {
+		st, err := db.PrepareContext(ctx, p.q)
+		if err != nil {
+			s.closeStmts()
+			return nil, fmt.Errorf("prepare the ledger's statements: %w", err)
+		}
+		*p.st = st
+	}
+	return s, nil
 }
 
 // DB returns the underlying database.
 func (s *Store) DB() *sql.DB { return s.db }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.closeStmts()
+	return s.db.Close()
+}
+
+func (s *Store) closeStmts() {
+	for _, st := range []*sql.Stmt{s.insertStmt, s.getNowStmt, s.claimStmt, s.completeStmt} {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
+}
+
+// stmt returns st for use in q, a transaction or the database.
+func stmt(ctx context.Context, q queryer, st *sql.Stmt) *sql.Stmt {
+	if tx, ok := q.(*sql.Tx); ok {
+		return tx.StmtContext(ctx, st)
+	}
+	return st
+}
 
 // nowArg is the parameter of a {now} or {now+}: the Go clock in UTC at the
 // microsecond precision both databases keep, or NULL when the database's
@@ -303,7 +336,7 @@ func (s *Store) insertRow(ctx context.Context, q queryer, req ledger.ClaimReques
 		owner = req.Executor
 	}
 	now := s.nowArg()
-	op, _, err = s.scan(q.QueryRowContext(ctx, s.q.insert, req.Key, req.ActionType, req.RequestHash, string(f.status),
+	op, _, err = s.scan(stmt(ctx, q, s.insertStmt).QueryRowContext(ctx, req.Key, req.ActionType, req.RequestHash, string(f.status),
 		f.attempts, owner, flag(running), now, micros(req.Lease), req.WorkflowID, req.RunID, req.RequestID,
 		req.GuardScope, f.guardKey, req.Entity, argsHash(req.NormalizedArgs), cleanText(f.holdReason), now, now))
 	switch {
@@ -533,7 +566,7 @@ func (s *Store) takeHeld(ctx context.Context, req ledger.ClaimRequest, op ledger
 // still at version.
 func (s *Store) take(ctx context.Context, q queryer, req ledger.ClaimRequest, version int64, attempts int) (ledger.Operation, bool, error) {
 	now := s.nowArg()
-	got, _, err := s.scan(q.QueryRowContext(ctx, s.q.claim, attempts, req.Executor, now, micros(req.Lease),
+	got, _, err := s.scan(stmt(ctx, q, s.claimStmt).QueryRowContext(ctx, attempts, req.Executor, now, micros(req.Lease),
 		req.WorkflowID, req.RunID, req.RequestID, now, req.Key, version))
 	if errors.Is(err, ledger.ErrNotFound) {
 		return got, false, nil
@@ -560,7 +593,7 @@ func (s *Store) Complete(ctx context.Context, c ledger.Completion) (ledger.Opera
 	}
 	ext := cleanText(c.ExternalID)
 	now := s.nowArg()
-	op, _, err := s.scan(s.db.QueryRowContext(ctx, s.q.complete, string(c.Status), ext, ext,
+	op, _, err := s.scan(s.completeStmt.QueryRowContext(ctx, string(c.Status), ext, ext,
 		jsonArg(c.Result), note(c.ErrorCode), now, finalFlag(c.Status), now, c.Key, c.Executor))
 	if errors.Is(err, ledger.ErrNotFound) {
 		cur, _, gerr := s.get(ctx, s.db, c.Key)
@@ -740,7 +773,7 @@ func (s *Store) get(ctx context.Context, q queryer, key string) (ledger.Operatio
 // getNow reads a row and the database's time of the read.
 func (s *Store) getNow(ctx context.Context, key string) (ledger.Operation, int64, time.Time, error) {
 	var now dbTime
-	op, version, err := s.scan(s.db.QueryRowContext(ctx, s.q.getNow, s.nowArg(), key), &now)
+	op, version, err := s.scan(s.getNowStmt.QueryRowContext(ctx, s.nowArg(), key), &now)
 	return op, version, now.Time, err
 }
 
