@@ -169,7 +169,7 @@ const active = `status NOT IN ('failed_final', 'compensated')`
 // and never reached a provider.
 const held = `(status = 'needs_human' AND attempt_count = 0 AND hold_reason <> '')`
 
-// final is the SQL of "? = 1" for a status parameter that is final.
+// finalFlag is the "? = 1" parameter that sets completed_at: st is final.
 func finalFlag(st ledger.Status) int { return flag(st.Final()) }
 
 type queries struct {
