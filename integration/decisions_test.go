@@ -193,9 +193,24 @@ func TestClashOnTheCardAndOverride(t *testing.T) {
 	require.Contains(t, summaries, "apply_refund order_id ord_1002 3,399.00 EUR "+second.Key(1))
 }
 
-// uiGet calls the Temporal Web UI's HTTP API of the stack.
+// uiCall calls the Temporal Web UI's HTTP API of the stack as the browser
+// does: a write carries the UI's CSRF cookie and header.
 func uiCall(ctx context.Context, t *testing.T, st *devstack.Stack, method, path string, body any) []byte {
 	t.Helper()
+	var csrf string
+	if method != http.MethodGet {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.Server.UIURL()+"/", nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		for _, c := range resp.Cookies() {
+			if c.Name == "_csrf" {
+				csrf = c.Value
+			}
+		}
+		require.NotEmpty(t, csrf, "the UI sets its CSRF cookie")
+	}
 	var in io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -205,6 +220,10 @@ func uiCall(ctx context.Context, t *testing.T, st *devstack.Stack, method, path 
 	req, err := http.NewRequestWithContext(ctx, method, st.Server.UIURL()+path, in)
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	if csrf != "" {
+		req.AddCookie(&http.Cookie{Name: "_csrf", Value: csrf})
+		req.Header.Set("X-CSRF-Token", csrf)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -227,7 +227,9 @@ func (r *run) setState(ctx workflow.Context, s SagaState) {
 
 func (r *run) request(n int) activities.Request {
 	st := r.step(n)
-	return activities.Request{Key: st.Key, Tool: st.Tool, Args: r.plan.Steps[n-1].Args, Fingerprint: st.Fingerprint, RequestID: r.plan.RequestID}
+	req := activities.Request{Key: st.Key, Tool: st.Tool, Args: r.plan.Steps[n-1].Args, Fingerprint: st.Fingerprint, RequestID: r.plan.RequestID}
+	req.Summary = r.summary(r.specs[st.Tool], req)
+	return req
 }
 
 // runStep runs step n to a settled state and reports whether it succeeded.

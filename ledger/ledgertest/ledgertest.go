@@ -166,6 +166,7 @@ func Run(t *testing.T, h Harness) {
 		{"Decisions", testDecisions},
 		{"TextNeverRefused", testTextNeverRefused},
 		{"InScope", testInScope},
+		{"SummaryKeptAndRedacted", testSummary},
 		{"Resolve", testResolve},
 		{"PurgeOnlyFinal", testPurge},
 		{"StatusCheckConstraint", testStatusCheck},
@@ -989,4 +990,22 @@ func Benchmark(b *testing.B, h Harness) {
 			}
 		}
 	})
+}
+
+// testSummary: the one-line summary of a claim is stored, listed by InScope
+// for other plans' cards, and never holds a card number.
+func testSummary(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	r := req("s1:1:1:apply_refund")
+	r.GuardScope = "refund-per-order:ord_1002"
+	r.Summary = "apply_refund order_id ord_1002 1,500.00 EUR card 4111 1111 1111 1111"
+	require.Equal(t, ledger.Execute, e.claim(r).Verdict)
+	op, err := e.store.Get(e.ctx, r.Key)
+	require.NoError(t, err)
+	require.Contains(t, op.Summary, "apply_refund order_id ord_1002 1,500.00 EUR")
+	require.NotContains(t, op.Summary, "4111 1111 1111 1111")
+	ops, err := e.store.InScope(e.ctx, r.GuardScope, 5)
+	require.NoError(t, err)
+	require.Len(t, ops, 1)
+	require.Equal(t, op.Summary, ops[0].Summary)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/redact"
 )
 
 // Dialect is what differs between SQL databases.
@@ -160,7 +161,7 @@ func flag(b bool) int {
 
 const columns = `operation_key, action_type, request_hash, status, attempt_count, version, external_id,
 	result_json, error_code, lease_owner, lease_until, workflow_id, run_id, request_id, guard_scope,
-	hold_reason, resolved_by, resolved_at, resolve_note, created_at, updated_at, completed_at`
+	hold_reason, resolved_by, resolved_at, resolve_note, created_at, updated_at, completed_at, summary`
 
 // active is the SQL condition of a row that still counts for guards.
 const active = `status NOT IN ('failed_final', 'compensated')`
@@ -184,8 +185,8 @@ func newQueries(expand func(string) string) queries {
 		exists: expand(`SELECT 1 FROM operations WHERE operation_key = ?`),
 		insert: expand(`INSERT INTO operations (operation_key, action_type, request_hash, status, attempt_count,
 			lease_owner, lease_until, workflow_id, run_id, request_id, guard_scope, guard_key, entity, args_hash,
-			hold_reason, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, CASE WHEN ? = 1 THEN {now+} ELSE NULL END, ?, ?, ?, ?, ?, ?, ?, ?, {now}, {now})
+			hold_reason, created_at, updated_at, summary)
+			VALUES (?, ?, ?, ?, ?, ?, CASE WHEN ? = 1 THEN {now+} ELSE NULL END, ?, ?, ?, ?, ?, ?, ?, ?, {now}, {now}, ?)
 			ON CONFLICT (operation_key) DO NOTHING RETURNING ` + columns),
 		// claim is the conditional update: it takes the lease only if the
 		// row is still the version the verdict was decided on.
@@ -338,7 +339,8 @@ func (s *Store) insertRow(ctx context.Context, q queryer, req ledger.ClaimReques
 	now := s.nowArg()
 	op, _, err = s.scan(stmt(ctx, q, s.insertStmt).QueryRowContext(ctx, req.Key, req.ActionType, req.RequestHash, string(f.status),
 		f.attempts, owner, flag(running), now, micros(req.Lease), req.WorkflowID, req.RunID, req.RequestID,
-		req.GuardScope, f.guardKey, req.Entity, argsHash(req.NormalizedArgs), cleanText(f.holdReason), now, now))
+		req.GuardScope, f.guardKey, req.Entity, argsHash(req.NormalizedArgs), cleanText(f.holdReason), now, now,
+		cleanText(redact.String(req.Summary))))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return op, false, nil // the key exists
@@ -792,7 +794,7 @@ func (s *Store) scan(r scanner, extra ...any) (ledger.Operation, int64, error) {
 	)
 	dest := append([]any{&op.Key, &op.ActionType, &op.RequestHash, &status, &op.AttemptCount, &version, &op.ExternalID,
 		&result, &op.ErrorCode, &op.LeaseOwner, &leaseUntil, &op.WorkflowID, &op.RunID, &op.RequestID, &op.GuardScope,
-		&op.HoldReason, &op.ResolvedBy, &resolved, &op.ResolveNote, &created, &updated, &completed}, extra...)
+		&op.HoldReason, &op.ResolvedBy, &resolved, &op.ResolveNote, &created, &updated, &completed, &op.Summary}, extra...)
 	err := r.Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return op, 0, ledger.ErrNotFound
