@@ -2,9 +2,8 @@ package workflows_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
+	"crypto/rand"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -319,44 +319,52 @@ func TestDecisionValidation(t *testing.T) {
 	require.Empty(t, h.p.callsOf("refund"))
 }
 
-// verifier is a stand-in for the operators keyring: a signature is
-// "sig:<by>:<sha256 of the message>".
-type verifier struct{}
-
-func (verifier) Verify(by, action string, msg []byte, sig string) error {
-	sum := sha256.Sum256(msg)
-	if sig != "sig:"+by+":"+hex.EncodeToString(sum[:]) {
-		return errors.New("signature does not verify")
-	}
-	return nil
-}
-
-func sign(by string, msg []byte) string {
-	sum := sha256.Sum256(msg)
-	return "sig:" + by + ":" + hex.EncodeToString(sum[:])
+// keyring returns an operators keyring in which alice may approve, and her
+// key; bob has a key but is not in the file.
+func keyring(t *testing.T) (*operators.Keyring, *operators.Key, *operators.Key) {
+	t.Helper()
+	alice, err := operators.NewKey("alice", rand.Reader)
+	require.NoError(t, err)
+	bob, err := operators.NewKey("bob", rand.Reader)
+	require.NoError(t, err)
+	file, err := json.Marshal(operators.File{Operators: []operators.Operator{alice.Entry(operators.ActionApprove)}})
+	require.NoError(t, err)
+	ring, err := operators.Parse(file)
+	require.NoError(t, err)
+	return ring, alice, bob
 }
 
 func TestSignedDecisions(t *testing.T) {
 	h := newHarness(t)
-	h.operators = verifier{}
+	ring, alice, bob := keyring(t)
+	h.operators = ring
 	env := h.env()
 	p := newPlan("e9", step("refund", "o1", 90000))
 	fp, _ := p.StepFingerprint(1)
-	var unsigned, tampered, good *answer
+	var unsigned, tampered, stranger, resolver, good *answer
 	env.RegisterDelayedCallback(func() {
 		q := openQuestion(t, status(t, env))
 		unsigned = update(env, workflows.UpdateApprove, "u", workflows.ApproveSignal{Step: 1, QuestionID: q.ID, Fingerprint: fp, By: "alice", Approved: true})
 		a := workflows.ApproveSignal{Step: 1, QuestionID: q.ID, Fingerprint: fp, By: "alice", Approved: true, SentAt: env.Now()}
 		id := status(t, env).WorkflowID
-		a.Signature = sign("alice", a.SigningBytes(id))
+		a.Signature = operators.Sign(alice, a.SigningBytes(id))
 		bad := a
 		bad.Override = true // not what was signed
 		tampered = update(env, workflows.UpdateApprove, "t", bad)
+		b := a
+		b.By = "bob"
+		b.Signature = operators.Sign(bob, b.SigningBytes(id))
+		stranger = update(env, workflows.UpdateApprove, "s", b)
+		r := workflows.ResolveSignal{Step: 1, QuestionID: q.ID, Outcome: workflows.OutcomeFailed, By: "alice", SentAt: env.Now()}
+		r.Signature = operators.Sign(alice, r.SigningBytes(id))
+		resolver = update(env, workflows.UpdateResolve, "r", r)
 		good = update(env, workflows.UpdateApprove, "g", a)
 	}, time.Minute)
 	st := run(t, env, p)
 	require.ErrorContains(t, unsigned.rejected, "sign the decision")
-	require.ErrorContains(t, tampered.rejected, "does not verify")
+	require.ErrorContains(t, tampered.rejected, "not verified")
+	require.ErrorContains(t, stranger.rejected, "not verified", "an operator not in the file")
+	require.Error(t, resolver.rejected, "alice may approve, not resolve (and no outcome question is open)")
 	require.NoError(t, good.err)
 	require.True(t, good.result.Verified)
 	require.Equal(t, workflows.SagaSucceeded, st.State)
