@@ -262,7 +262,10 @@ func TestResolveSucceededIsCheckedWithTheProvider(t *testing.T) {
 func TestApprovalExpiresAndCompensates(t *testing.T) {
 	h := newHarness(t)
 	env := h.env()
+	start := env.Now()
 	st := run(t, env, newPlan("e7", step("charge", "o1", 100), step("refund", "o1", 90000)))
+	took := env.Now().Sub(start)
+	require.True(t, took >= 24*time.Hour && took < 25*time.Hour, "expired after the 24 h window, took %s", took)
 	require.Equal(t, workflows.SagaCompensated, st.State)
 	require.Contains(t, st.Steps[1].LastError, "expired after 24h0m0s")
 	require.Equal(t, "expire", st.Steps[1].Decisions[0].Kind)
