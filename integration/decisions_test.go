@@ -71,7 +71,7 @@ func TestEarlyResolveChangesNothingAtTheRelay(t *testing.T) {
 	sb := sandbox.NewClient(st.SandboxURL, nil)
 	ctx := testContext(t, 2*time.Minute)
 	p := newPlan("it-early-resolve",
-		step(t, "apply_refund", map[string]any{"order_id": "ord_1003", "amount_minor": 60000, "currency": "EUR", "reason": "early resolve test"}),
+		step(t, "apply_refund", map[string]any{"order_id": "ord_it_early", "amount_minor": 60000, "currency": "EUR", "reason": "early resolve test"}),
 		step(t, "send_email", map[string]any{"to": "cleo@example.com", "subject": "Your refund", "body": "It is on its way."}))
 	before := countEmails(allEffects(ctx, t, sb))
 	require.NoError(t, sb.Fault(ctx, sandbox.FaultSpec{Op: "mail.send", Fault: sandbox.DropBeforeCommit, Count: 1}))
@@ -128,7 +128,7 @@ func TestClashOnTheCardAndOverride(t *testing.T) {
 	sb := sandbox.NewClient(st.SandboxURL, nil)
 	ctx := testContext(t, 2*time.Minute)
 	refund := func(session string, amount int) plan.Plan {
-		p := newPlan(session, step(t, "apply_refund", map[string]any{"order_id": "ord_1002", "amount_minor": amount, "currency": "EUR", "reason": "clash test"}))
+		p := newPlan(session, step(t, "apply_refund", map[string]any{"order_id": "ord_it_clash", "amount_minor": amount, "currency": "EUR", "reason": "clash test"}))
 		p.RequestedBy = "agent-7"
 		return p
 	}
@@ -154,7 +154,7 @@ func TestClashOnTheCardAndOverride(t *testing.T) {
 	card := w2.Questions[0].Card
 	require.Equal(t, "3,399.00 EUR", card.Amount)
 	require.Equal(t, "EUR", card.Currency)
-	require.Equal(t, "order_id ord_1002", card.Object)
+	require.Equal(t, "order_id ord_it_clash", card.Object)
 	require.Contains(t, card.Rule, "above 500.00 EUR")
 	require.Contains(t, card.Clash, first.Key(1))
 	require.Len(t, card.AlreadyRan, 1)
@@ -163,7 +163,7 @@ func TestClashOnTheCardAndOverride(t *testing.T) {
 	require.Equal(t, "agent-7", card.RequestedBy)
 
 	details := uiCurrentDetails(ctx, t, st, run2.WorkflowID)
-	for _, want := range []string{"3,399.00 EUR", "order_id ord_1002", "above 500.00 EUR", first.Key(1), w2.Questions[0].ID} {
+	for _, want := range []string{"3,399.00 EUR", "order_id ord_it_clash", "above 500.00 EUR", first.Key(1), w2.Questions[0].ID} {
 		require.Contains(t, details, want, "the UI's current details show the card")
 	}
 
@@ -190,7 +190,7 @@ func TestClashOnTheCardAndOverride(t *testing.T) {
 	require.Contains(t, string(last.Card), "3,399.00 EUR")
 
 	summaries := uiActivitySummaries(ctx, t, st, run2.WorkflowID)
-	require.Contains(t, summaries, "apply_refund order_id ord_1002 3,399.00 EUR "+second.Key(1))
+	require.Contains(t, summaries, "apply_refund order_id ord_it_clash 3,399.00 EUR "+second.Key(1))
 }
 
 // uiCall calls the Temporal Web UI's HTTP API of the stack as the browser
