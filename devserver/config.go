@@ -42,46 +42,115 @@ type ports struct {
 	ui                                                int // 0 without UI
 }
 
-func pickPorts(opts Options) (ports, error) {
-	var p ports
-	var err error
-	if p.frontend, err = reservePort(opts.Host, opts.Port, "frontend", "Port"); err != nil {
-		return p, err
+// pickPorts chooses the ports of one server. Every probe listener stays open
+// until all ports are chosen, so the kernel cannot hand the same free port out
+// twice (two services on one port: the second cannot bind). Ports the kernel
+// chose are then parked in TIME_WAIT (see parkPort) so that no other socket in
+// the meantime, such as an outgoing connection's local port, is given them.
+//
+// The Web UI's probe is returned open, unless the UI is off: the UI starts
+// seconds later, after the server, and startUI closes it just before.
+func pickPorts(opts Options) (p ports, uiHold *net.TCPListener, err error) {
+	var probes []*portProbe
+	defer func() {
+		for _, pr := range probes {
+			if cerr := pr.release(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			closeHeld(uiHold)
+			uiHold = nil
+		}
+	}()
+	probe := func(dst *int, host string, want int, what, option string) error {
+		pr, err := newPortProbe(host, want, what, option)
+		if err != nil {
+			return err
+		}
+		probes = append(probes, pr)
+		*dst = pr.port
+		return nil
+	}
+	if err := probe(&p.frontend, opts.Host, opts.Port, "frontend", "Port"); err != nil {
+		return p, nil, err
 	}
 	// The frontend's HTTP API (and with it Nexus) listens next to its gRPC port.
-	if p.frontendHTTP, err = reservePort(opts.Host, 0, "frontend HTTP", ""); err != nil {
-		return p, err
+	if err := probe(&p.frontendHTTP, opts.Host, 0, "frontend HTTP", ""); err != nil {
+		return p, nil, err
 	}
 	for _, port := range []*int{&p.history, &p.matching, &p.worker} {
-		if *port, err = reservePort(internalHost, 0, "internal", ""); err != nil {
-			return p, err
+		if err := probe(port, internalHost, 0, "internal", ""); err != nil {
+			return p, nil, err
 		}
 	}
 	if opts.UIPort != NoUI {
-		if p.ui, err = reservePort(opts.Host, opts.UIPort, "Web UI", "UIPort"); err != nil {
-			return p, err
+		ui, err := newPortProbe(opts.Host, opts.UIPort, "Web UI", "UIPort")
+		if err != nil {
+			return p, nil, err
 		}
+		p.ui, uiHold = ui.port, ui.l
 	}
-	return p, nil
+	return p, uiHold, nil
 }
 
-// reservePort returns want when it is free on host, or a free port chosen by the
-// kernel when want is 0. The port is released before returning: the server
-// binds it moments later, which is the usual (small) race of free-port pickers.
-func reservePort(host string, want int, what, option string) (int, error) {
+// portProbe is a listener held on a port while the other ports are chosen.
+type portProbe struct {
+	l      *net.TCPListener
+	port   int
+	chosen bool // the kernel chose the port (want was 0)
+}
+
+// newPortProbe listens on want when it is free on host, or on a free port
+// chosen by the kernel when want is 0.
+func newPortProbe(host string, want int, what, option string) (*portProbe, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(want)))
 	if err != nil {
 		if want != 0 {
-			return 0, fmt.Errorf("devserver: %s port %d on %s is not free (another Temporal dev server?); stop that process or set Options.%s to another port, 0 for any: %w",
+			return nil, fmt.Errorf("devserver: %s port %d on %s is not free (another Temporal dev server?); stop that process or set Options.%s to another port, 0 for any: %w",
 				what, want, host, option, err)
 		}
-		return 0, fmt.Errorf("devserver: find a free %s port on %s: %w", what, host, err)
+		return nil, fmt.Errorf("devserver: find a free %s port on %s: %w", what, host, err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return 0, fmt.Errorf("devserver: release the probe listener on port %d: %w", port, err)
+	tl := l.(*net.TCPListener)
+	return &portProbe{l: tl, port: tl.Addr().(*net.TCPAddr).Port, chosen: want == 0}, nil
+}
+
+// release closes the probe so the server can bind the port moments later
+// (the server's listeners set SO_REUSEADDR). A kernel-chosen port is parked
+// first.
+func (pr *portProbe) release() error {
+	if pr.chosen {
+		parkPort(pr.l)
 	}
-	return port, nil
+	if err := pr.l.Close(); err != nil {
+		return fmt.Errorf("devserver: release the probe listener on port %d: %w", pr.port, err)
+	}
+	return nil
+}
+
+// parkPort connects to l and closes the accepted end first, which leaves that
+// end, bound to l's port, in TIME_WAIT for a minute or so. While it lasts the
+// kernel gives the port to no bind(0) or outgoing connection, yet a listener
+// with SO_REUSEADDR (the server's) can still bind it. Temporal's own CLI dev
+// server picks its ports the same way. Parking is best effort: on failure the
+// port is merely as exposed as a plain probe.
+func parkPort(l *net.TCPListener) {
+	c, err := net.DialTimeout("tcp", l.Addr().String(), time.Second)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	_ = l.SetDeadline(time.Now().Add(time.Second))
+	s, err := l.Accept()
+	if err != nil {
+		return
+	}
+	_ = s.Close() // this end closes first: it is the one left in TIME_WAIT
+	// Wait for the peer to see the close, so that its own close completes
+	// the handshake and moves the accepted end from FIN_WAIT to TIME_WAIT.
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = c.Read(make([]byte, 1))
 }
 
 // prepareStore returns the SQLite settings and makes sure the database has the

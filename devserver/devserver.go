@@ -21,12 +21,15 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	uiserver "github.com/temporalio/ui-server/v2/server"
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/temporal"
 )
 
@@ -103,15 +106,28 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, ports, err := newTemporal(opts, logger)
+	sqlCfg, err := prepareStore(opts)
 	if err != nil {
 		release()
 		return nil, err
 	}
-	if err := srv.Start(); err != nil {
-		_ = srv.Stop()
-		release()
-		return nil, fmt.Errorf("devserver: start the Temporal server: %w", err)
+	var (
+		srv    temporal.Server
+		ports  ports
+		uiHold *net.TCPListener
+	)
+	for attempt := 1; ; attempt++ {
+		srv, ports, uiHold, err = startTemporal(opts, sqlCfg, logger)
+		if err == nil {
+			break
+		}
+		if attempt == maxPortAttempts || !errors.Is(err, errPortTaken) {
+			release()
+			return nil, err
+		}
+		// Another socket took a chosen port before the server bound it:
+		// choose again.
+		logger.l.Warn("devserver: a chosen port was taken before the server bound it; choosing new ports", "attempt", attempt, "error", err)
 	}
 
 	s := &Server{
@@ -122,10 +138,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		namespace: opts.Namespace,
 	}
 	if err := s.awaitReady(ctx, opts.SearchAttributes); err != nil {
+		closeHeld(uiHold)
 		return nil, errors.Join(err, s.Stop())
 	}
-	if opts.UIPort != NoUI {
-		if err := s.startUI(ctx, opts.Host, ports.ui); err != nil {
+	if uiHold != nil {
+		if err := s.startUI(ctx, opts.Host, uiHold); err != nil {
 			return nil, errors.Join(err, s.Stop())
 		}
 	}
@@ -165,25 +182,104 @@ func (s *Server) Stop() error {
 	return s.stopErr
 }
 
-// newTemporal prepares the database and builds (but does not start) the server.
-func newTemporal(opts Options, logger serverLogger) (temporal.Server, ports, error) {
-	p, err := pickPorts(opts)
+// maxPortAttempts bounds how often Start chooses new ports when one it chose
+// was taken before the server could bind it.
+const maxPortAttempts = 3
+
+// errPortTaken marks a start that failed because a chosen port was taken.
+var errPortTaken = errors.New("a port chosen for the server was taken before the server bound it")
+
+// testHookPortsChosen, when set, runs after the ports are chosen and before
+// the server binds them (tests take a port there).
+var testHookPortsChosen func(*ports)
+
+// startTemporal chooses ports, builds the server and starts it. Unless the UI
+// is off, the UI's port is returned still held, for startUI.
+//
+// The server reports what it cannot recover from (a port it cannot bind, say)
+// through serverLogger.Fatal, which panics; while the server is built and
+// started that happens on this goroutine, and is returned here as an error,
+// wrapping errPortTaken when a port was in use. Any other panic on the way is
+// returned with its stack, after an attempt to stop what had started.
+func startTemporal(opts Options, sqlCfg *config.SQL, logger serverLogger) (srv temporal.Server, p ports, uiHold *net.TCPListener, err error) {
+	p, uiHold, err = pickPorts(opts)
 	if err != nil {
-		return nil, p, err
+		return nil, p, nil, err
 	}
-	sqlCfg, err := prepareStore(opts)
-	if err != nil {
-		return nil, p, err
+	if testHookPortsChosen != nil {
+		testHookPortsChosen(&p)
 	}
+	defer func() {
+		if err != nil {
+			closeHeld(uiHold)
+			uiHold = nil
+		}
+	}()
 	serverOpts, err := buildServerOptions(opts, p, sqlCfg, logger)
 	if err != nil {
-		return nil, p, err
+		return nil, p, nil, err
 	}
-	srv, err := temporal.NewServer(serverOpts...)
+
+	stage := "build"
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if srv != nil {
+			stopAfterPanic(srv, logger)
+		}
+		srv = nil
+		var fatal *fatalError
+		if f, ok := r.(*fatalError); ok {
+			fatal = f
+		} else if e, ok := r.(error); ok {
+			errors.As(e, &fatal) // fx may wrap what it recovered
+		}
+		switch {
+		case fatal != nil && fatal.portInUse():
+			err = fmt.Errorf("devserver: %s the Temporal server: %w: %w", stage, errPortTaken, fatal)
+		case fatal != nil:
+			err = fmt.Errorf("devserver: %s the Temporal server: %w; see the server log (Options.Logger)", stage, fatal)
+		default:
+			err = fmt.Errorf("devserver: %s the Temporal server: panic: %v; start again, and report it with this stack if it recurs:\n%s", stage, r, debug.Stack())
+		}
+	}()
+	srv, err = temporal.NewServer(serverOpts...)
 	if err != nil {
-		return nil, p, fmt.Errorf("devserver: build the Temporal server: %w", err)
+		if strings.Contains(err.Error(), "address already in use") {
+			return nil, p, nil, fmt.Errorf("devserver: build the Temporal server: %w: %w", errPortTaken, err)
+		}
+		return nil, p, nil, fmt.Errorf("devserver: build the Temporal server: %w", err)
 	}
-	return srv, p, nil
+	stage = "start"
+	if err := srv.Start(); err != nil {
+		stopAfterPanic(srv, logger)
+		if strings.Contains(err.Error(), "address already in use") {
+			return nil, p, nil, fmt.Errorf("devserver: start the Temporal server: %w: %w", errPortTaken, err)
+		}
+		return nil, p, nil, fmt.Errorf("devserver: start the Temporal server: %w", err)
+	}
+	return srv, p, uiHold, nil
+}
+
+// stopAfterPanic stops a server whose build or start failed, as far as it
+// can be stopped: it may itself panic, which is logged, not raised.
+func stopAfterPanic(srv temporal.Server, logger serverLogger) {
+	defer func() {
+		if r := recover(); r != nil {
+			logger.l.Error("devserver: stopping the Temporal server after a failed start panicked", "panic", r)
+		}
+	}()
+	if err := srv.Stop(); err != nil {
+		logger.l.Error("devserver: stopping the Temporal server after a failed start", "error", err)
+	}
+}
+
+func closeHeld(l *net.TCPListener) {
+	if l != nil {
+		_ = l.Close()
+	}
 }
 
 // dataDirs holds the data directories of the servers running in this process.

@@ -2,8 +2,9 @@ package devserver
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
-	"os"
+	"strings"
 	"sync/atomic"
 
 	"go.temporal.io/server/common/log"
@@ -67,10 +68,38 @@ func (s serverLogger) Panic(msg string, tags ...tag.Tag) {
 	panic(msg)
 }
 
-// Fatal logs msg at error level, then exits the process, as the server expects.
+// Fatal logs msg at error level, then panics with a *fatalError: the server
+// expects Fatal not to return. Start recovers it while it builds and starts
+// the server (a port taken at the last moment ends up there) and returns it
+// as an error; in the server's own goroutines the panic ends the process, as
+// an exit would, but says where and why even when the log is discarded.
 func (s serverLogger) Fatal(msg string, tags ...tag.Tag) {
 	s.Error(msg, tags...)
-	os.Exit(1)
+	panic(&fatalError{msg: msg, attrs: attrs(tags)})
+}
+
+// fatalError is the panic value of serverLogger.Fatal.
+type fatalError struct {
+	msg   string
+	attrs []any
+}
+
+func (f *fatalError) Error() string {
+	var b strings.Builder
+	b.WriteString("Temporal server: " + f.msg)
+	for _, a := range f.attrs {
+		if a, ok := a.(slog.Attr); ok {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		}
+	}
+	return b.String()
+}
+
+// portInUse reports whether the server gave up because a port was taken.
+// The server's tags carry errors as text, so the text is what is matched.
+func (f *fatalError) portInUse() bool {
+	return strings.Contains(f.Error(), "address already in use") || // Linux, macOS
+		strings.Contains(f.Error(), "Only one usage of each socket address") // Windows
 }
 
 // With returns a logger that adds tags to every record.

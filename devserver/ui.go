@@ -14,12 +14,15 @@ import (
 	uiserveroptions "github.com/temporalio/ui-server/v2/server/server_options"
 )
 
-// startUI starts the Web UI on host:port against this server's frontend and
-// waits until it serves its start page.
+// startUI starts the Web UI on host and hold's port against this server's
+// frontend and waits until it serves its start page.
 //
-// The UI server exits the process when it cannot listen, so the port was probed
-// just before (see reservePort); what remains is the usual free-port race.
-func (s *Server) startUI(ctx context.Context, host string, port int) error {
+// The UI server exits the process when it cannot listen and offers no way to
+// hand it a listener, so pickPorts held the port until now and it is released
+// only as the UI starts; what remains is a process binding that very port in
+// the moment between.
+func (s *Server) startUI(ctx context.Context, host string, hold *net.TCPListener) error {
+	port := hold.Addr().(*net.TCPAddr).Port
 	ui := uiserver.NewServer(uiserveroptions.WithConfigProvider(&uiconfig.Config{
 		Host:                host,
 		Port:                port,
@@ -30,6 +33,9 @@ func (s *Server) startUI(ctx context.Context, host string, port int) error {
 		CORS:     uiconfig.CORS{CookieInsecure: true},
 		HideLogs: true,
 	}))
+	if err := hold.Close(); err != nil {
+		return fmt.Errorf("devserver: release the Web UI port %d for the UI: %w", port, err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- ui.Start() }()
 	s.ui, s.uiDone = ui, done
