@@ -18,6 +18,7 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
@@ -196,7 +197,7 @@ func newRun(ctx workflow.Context, s *Saga, specs tool.Specs, p plan.Plan) (*run,
 		saga: s, specs: specs, plan: p, closed: map[string]Decision{}, lastClosed: map[int]Decision{},
 		st: Status{
 			WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: p.SessionID, Turn: p.Turn,
-			RequestID: p.RequestID, PlanFingerprint: fp,
+			RequestID: redact.String(p.RequestID), PlanFingerprint: fp,
 		},
 	}
 	for n, s := range p.Steps {
@@ -263,7 +264,7 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 			r.succeeded(n, out.ExternalID, out.Result)
 			return true
 		}
-		st.LastError, st.ErrorCode = errText(err), activities.DetailOf(err).Code
+		st.LastError, st.ErrorCode = errText(err), redact.String(activities.DetailOf(err).Code)
 		switch {
 		case activities.ErrorType(err) == activities.ErrHeld:
 			rep := r.checkGuard(dctx, req)
@@ -302,6 +303,11 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 			return false
 		}
 		st.State = ledger.FailedFinal
+		if activities.ErrorType(err) == activities.ErrConflict {
+			// The row under this key is another request's (or holds a
+			// mismatch for a person): never touch it.
+			return false
+		}
 		return r.gaveUp(dctx, n)
 	}
 }
@@ -312,7 +318,7 @@ func (r *run) gaveUp(dctx workflow.Context, n int) bool {
 	st := r.step(n)
 	st.State, st.Waiting = ledger.FailedFinal, ""
 	if r.specs[st.Tool].Class.IsWrite() {
-		r.transition(dctx, st.Key, ledger.FailedFinal, "", ledger.Pending, ledger.NeedsHuman)
+		r.transition(dctx, st.Key, ledger.FailedFinal, "", ledger.Pending, ledger.NeedsHuman, ledger.FailedFinal)
 	}
 	return false
 }
@@ -580,14 +586,16 @@ func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 	}
 }
 
+// errText is the text of an activity's failure for the status: masked by
+// the one redaction function, like the ledger's.
 func errText(err error) string {
 	var ae *temporal.ApplicationError
 	if errors.As(err, &ae) {
-		return ae.Message()
+		return redact.String(ae.Message())
 	}
 	var te *temporal.TimeoutError
 	if errors.As(err, &te) {
 		return "attempt timed out: the request may have reached the provider"
 	}
-	return err.Error()
+	return redact.String(err.Error())
 }

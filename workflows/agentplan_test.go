@@ -67,6 +67,7 @@ func run(t *testing.T, env *testsuite.TestWorkflowEnvironment, p plan.Plan) work
 	require.NoError(t, env.GetWorkflowError())
 	var st workflows.Status
 	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Empty(t, st.LedgerErrors, "every ledger write of the workflow succeeded")
 	return st
 }
 

@@ -122,6 +122,9 @@ func (t *fakeTool) Execute(ctx context.Context, c tool.Call) (tool.Result, error
 		return tool.Result{}, tool.Fail(tool.KindUnavailable, "http_503", errors.New("503"))
 	case "not_sent":
 		return tool.Result{}, tool.Fail(tool.KindNotSent, "dial", errors.New("connection refused"))
+	case "reject_leaky": // a provider whose error text carries secrets
+		return tool.Result{}, tool.Fail(tool.KindRejected, "card_4111111111111111",
+			errors.New("declined card 4111 1111 1111 1111 for Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl key sk_live_51HxYzABCDEFGHIJKLMNOP"))
 	case "lost_request": // sent, lost before the provider committed
 		return tool.Result{}, fmt.Errorf("write request: %w", context.DeadlineExceeded)
 	}

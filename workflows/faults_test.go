@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -158,4 +159,22 @@ func TestWriteTimeoutIsUnknownNotFailed(t *testing.T) {
 	require.Equal(t, 1, h.p.count("charge"))
 	require.Len(t, h.p.callsOf("charge"), 1)
 	require.Empty(t, h.p.callsOf("charge_reverse"))
+}
+
+// A provider's error text carrying a card number and tokens is masked in the
+// status (error, last_error, error_code) exactly as in the ledger.
+func TestProviderErrorTextIsMasked(t *testing.T) {
+	h := newHarness(t)
+	h.p.fail("ship", "reject_leaky")
+	st := run(t, h.env(), newPlan("c8", step("ship", "o1", 100)))
+	require.Equal(t, workflows.SagaFailed, st.State)
+	b, err := json.Marshal(st)
+	require.NoError(t, err)
+	for _, secret := range []string{"4111 1111 1111 1111", "4111111111111111", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl", "sk_live_51HxYzABCDEFGHIJKLMNOP"} {
+		require.NotContains(t, string(b), secret)
+	}
+	require.Contains(t, st.Steps[0].LastError, "declined card", "the message stays readable")
+	op, err := h.ledger.Get(context.Background(), "c8:1:1:ship")
+	require.NoError(t, err)
+	require.NotContains(t, op.ErrorCode, "4111111111111111")
 }

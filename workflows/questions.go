@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
@@ -275,7 +276,7 @@ func (r *run) applyApprove(ctx workflow.Context, a ApproveSignal) (DecisionResul
 	}
 	q.decision = &Decision{
 		Kind: SignalApprove, QuestionID: q.ID, By: a.By, Verified: verified, SentAt: a.SentAt, At: workflow.Now(ctx),
-		Approved: a.Approved, Override: a.Override, Note: a.Reason,
+		Approved: a.Approved, Override: a.Override, Note: redact.String(a.Reason),
 	}
 	return DecisionResult{QuestionID: q.ID, Applied: true, By: a.By, Verified: verified, Message: decisionWord(*q.decision)}, nil
 }
@@ -324,7 +325,7 @@ func (r *run) applyResolve(ctx workflow.Context, s ResolveSignal) (DecisionResul
 	}
 	d := Decision{
 		Kind: SignalResolve, QuestionID: q.ID, By: s.By, Verified: verified, SentAt: s.SentAt,
-		Outcome: s.Outcome, ExternalID: s.ExternalID, Note: s.Note,
+		Outcome: s.Outcome, ExternalID: redact.String(s.ExternalID), Note: redact.String(s.Note),
 	}
 	if q.Kind == QuestionOutcome && s.Outcome == OutcomeSucceeded {
 		// A cancelled plan still takes decisions on its open questions.
@@ -386,7 +387,7 @@ func (r *run) duplicate(qid string, step int) DecisionResult {
 // in the step (when it names one) and in the ledger's audit trail.
 func (r *run) refuse(ctx workflow.Context, kind string, step int, qid, by string, sentAt time.Time, note string, why error) {
 	d := Decision{Kind: kind, QuestionID: clip(qid, MaxQuestionIDLen), By: clip(by, MaxByLen), SentAt: sentAt, At: workflow.Now(ctx),
-		Note: clip(note, MaxNoteLen), Refused: why.Error()}
+		Note: redact.String(clip(note, MaxNoteLen)), Refused: redact.String(why.Error())}
 	workflow.GetLogger(ctx).Warn("decision refused", "step", step, "kind", kind, "reason", why.Error())
 	key := ""
 	if step >= 1 && step <= len(r.st.Steps) {
