@@ -68,24 +68,28 @@ type Stack struct {
 }
 
 // Start starts a stack. Close it when done.
-func Start(ctx context.Context, o Options) (s *Stack, err error) {
+func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s = &Stack{}
+	// Failures below return (nil, err) and the deferred clean-up closes
+	// what was started so far.
+	st := &Stack{}
 	defer func() {
 		if err != nil {
-			_ = s.Close()
+			if cerr := st.Close(); cerr != nil {
+				err = fmt.Errorf("%w (and cleaning up: %v)", err, cerr)
+			}
 		}
 	}()
 	dir := o.DataDir
 	temporalDir := ""
 	if dir == "" {
-		if s.tmp, err = os.MkdirTemp("", "agentsaga-"); err != nil {
+		if st.tmp, err = os.MkdirTemp("", "agentsaga-"); err != nil {
 			return nil, fmt.Errorf("make a temporary data directory: %w", err)
 		}
-		dir = s.tmp
+		dir = st.tmp
 	} else {
 		temporalDir = filepath.Join(dir, "temporal")
 	}
@@ -93,7 +97,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, fmt.Errorf("make data directory %s: %w", dir, err)
 	}
 
-	s.Server, err = devserver.Start(ctx, devserver.Options{
+	st.Server, err = devserver.Start(ctx, devserver.Options{
 		DataDir: temporalDir, Port: o.Port, UIPort: o.UIPort,
 		SearchAttributes: sagaworker.SearchAttributes, Logger: log,
 	})
@@ -101,31 +105,31 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, fmt.Errorf("start embedded Temporal: %w", err)
 	}
 
-	s.SandboxURL = o.SandboxURL
-	if s.SandboxURL == "" {
+	st.SandboxURL = o.SandboxURL
+	if st.SandboxURL == "" {
 		sbDir := ""
 		if o.DataDir != "" {
 			sbDir = filepath.Join(dir, "sandbox")
 		}
-		if s.Sandbox, err = sandbox.Start(ctx, sandbox.Options{Addr: o.SandboxAddr, Dir: sbDir, Logger: log}); err != nil {
+		if st.Sandbox, err = sandbox.Start(ctx, sandbox.Options{Addr: o.SandboxAddr, Dir: sbDir, Logger: log}); err != nil {
 			return nil, fmt.Errorf("start sandbox providers: %w", err)
 		}
-		s.SandboxURL = s.Sandbox.BaseURL()
+		st.SandboxURL = st.Sandbox.BaseURL()
 	}
 
-	s.LedgerDSN = o.Ledger
-	if s.LedgerDSN == "" {
-		s.LedgerDSN = "sqlite:" + filepath.Join(dir, "ledger.db")
+	st.LedgerDSN = o.Ledger
+	if st.LedgerDSN == "" {
+		st.LedgerDSN = "sqlite:" + filepath.Join(dir, "ledger.db")
 	}
-	if s.Ledger, err = ledgerdb.Open(ctx, s.LedgerDSN); err != nil {
+	if st.Ledger, err = ledgerdb.Open(ctx, st.LedgerDSN); err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
-	if s.Tools, err = demotools.Registry(demotools.SandboxConfig(s.SandboxURL)); err != nil {
+	if st.Tools, err = demotools.Registry(demotools.SandboxConfig(st.SandboxURL)); err != nil {
 		return nil, err
 	}
 
-	s.Client, err = client.Dial(client.Options{
-		HostPort: s.Server.FrontendAddr(), Namespace: s.Server.Namespace(),
+	st.Client, err = client.Dial(client.Options{
+		HostPort: st.Server.FrontendAddr(), Namespace: st.Server.Namespace(),
 		Logger: sdklog.NewStructuredLogger(log),
 	})
 	if err != nil {
@@ -135,22 +139,26 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if tq == "" {
 		tq = workflows.TaskQueue
 	}
-	s.Plans = sagaclient.New(s.Client, sagaclient.Options{TaskQueue: tq, Catalog: s.Tools})
+	st.Plans = sagaclient.New(st.Client, sagaclient.Options{TaskQueue: tq, Catalog: st.Tools})
 	if o.NoWorker {
-		return s, nil
+		return st, nil
 	}
-	s.Worker, err = sagaworker.New(s.Client, sagaworker.Options{TaskQueue: tq, Tools: s.Tools, Ledger: s.Ledger, Logger: log})
+	st.Worker, err = sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: st.Tools, Ledger: st.Ledger, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Worker.Start(); err != nil {
+	if err := st.Worker.Start(); err != nil {
 		return nil, fmt.Errorf("start worker: %w", err)
 	}
-	return s, nil
+	return st, nil
 }
 
-// Close stops everything Start started, in reverse order.
+// Close stops everything Start started, in reverse order. Closing a nil
+// stack does nothing.
 func (s *Stack) Close() error {
+	if s == nil {
+		return nil
+	}
 	var errs []error
 	if s.Worker != nil {
 		s.Worker.Stop()
