@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -177,6 +178,10 @@ func (c *Client) Wait(ctx context.Context, workflowID string) (workflows.Status,
 // when the status shows the question.
 var ErrNoOpenQuestion = errors.New("no open question")
 
+// ErrNotRunning is returned by Cancel for a plan that has ended (or never
+// existed).
+var ErrNotRunning = errors.New("the plan is not running")
+
 // RejectedError is a decision the workflow's validator refused: not the open
 // question, a stale question id or fingerprint, a bad identity or signature,
 // and so on. Reason is the workflow's own words. Nothing was applied.
@@ -256,7 +261,9 @@ func (c *Client) identify(by string) (string, error) {
 // and returns what the workflow did. When a.QuestionID or a.Fingerprint is
 // empty, the step's open approval question is read from the status first, so
 // the decision binds to the question and the arguments the operator saw; a
-// step without one returns ErrNoOpenQuestion. With a Key the decision is
+// step without one returns ErrNoOpenQuestion. A decision naming a question
+// that is closed already is sent as it is: the same decision again returns
+// its first result (Applied false), any other the workflow's refusal. With a Key the decision is
 // signed. A decision the workflow refuses returns a *RejectedError with its
 // reason.
 func (c *Client) Approve(ctx context.Context, workflowID string, a workflows.ApproveSignal) (workflows.DecisionResult, error) {
@@ -271,12 +278,21 @@ func (c *Client) Approve(ctx context.Context, workflowID string, a workflows.App
 			return workflows.DecisionResult{}, err
 		}
 		q, ok := openQuestion(s, a.Step, a.QuestionID, workflows.QuestionApproval)
-		if !ok {
+		switch {
+		case ok:
+			a.Step, a.QuestionID = q.Step, q.ID
+			if a.Fingerprint == "" {
+				a.Fingerprint = q.Fingerprint
+			}
+		case a.QuestionID != "" && a.Step >= 1 && a.Step <= len(s.Steps):
+			// A named question that is no longer open: send it anyway, so
+			// a repeated decision gets its first answer (same Update ID)
+			// and any other gets the workflow's reason.
+			if a.Fingerprint == "" {
+				a.Fingerprint = s.Steps[a.Step-1].Fingerprint
+			}
+		default:
 			return workflows.DecisionResult{}, noQuestion(s, workflowID, a.Step, a.QuestionID, "approval")
-		}
-		a.Step, a.QuestionID = q.Step, q.ID
-		if a.Fingerprint == "" {
-			a.Fingerprint = q.Fingerprint
 		}
 	}
 	if c.key != nil {
@@ -361,7 +377,19 @@ func (c *Client) decide(ctx context.Context, workflowID, name, questionID, updat
 // (reversals newest first) and ends compensated, or compensation_failed for a
 // human to decide. Terminate, by contrast, does not compensate (see the
 // package documentation).
+// A plan that has ended already returns an error wrapping ErrNotRunning.
 func (c *Client) Cancel(ctx context.Context, workflowID string) error {
+	d, err := c.c.DescribeWorkflowExecution(ctx, workflowID, "")
+	if err != nil {
+		var notFound *serviceerror.NotFound
+		if errors.As(err, &notFound) {
+			return fmt.Errorf("cancel %s: %w: no such workflow ID", workflowID, ErrNotRunning)
+		}
+		return fmt.Errorf("cancel %s: describe: %w", workflowID, err)
+	}
+	if st := d.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return fmt.Errorf("cancel %s: %w: it ended %s; nothing to cancel (see its status)", workflowID, ErrNotRunning, strings.ToLower(strings.TrimPrefix(st.String(), "WorkflowExecutionStatus")))
+	}
 	if err := c.c.CancelWorkflow(ctx, workflowID, ""); err != nil {
 		var notFound *serviceerror.NotFound
 		if errors.As(err, &notFound) {

@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -29,6 +32,14 @@ type fake struct {
 	result    workflows.DecisionResult
 	cancels   []string
 	cancelErr error
+	execution enumspb.WorkflowExecutionStatus
+}
+
+func (f *fake) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	if f.execution == enumspb.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED {
+		return nil, serviceerror.NewNotFound("workflow not found for ID: " + id)
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: f.execution}}, nil
 }
 
 func (f *fake) QueryWorkflow(_ context.Context, id, _ string, q string, _ ...any) (converter.EncodedValue, error) {
@@ -163,9 +174,22 @@ func TestResolveNeverAnswersAnApprovalQuestion(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoOpenQuestion)
 	_, err = c.Approve(context.Background(), wf, workflows.ApproveSignal{Step: 9, Approved: true, By: "bob"})
 	require.ErrorContains(t, err, "does not exist")
-	_, err = c.Approve(context.Background(), wf, workflows.ApproveSignal{Step: 3, QuestionID: "q-3-approval-0", Approved: true, By: "bob"})
+	_, err = c.Approve(context.Background(), wf, workflows.ApproveSignal{QuestionID: "q-3-approval-0", Approved: true, By: "bob"})
 	require.ErrorContains(t, err, "question q-3-approval-0 is not open")
 	require.Empty(t, f.updates, "nothing may be sent when no question is open")
+}
+
+func TestRepeatedDecisionOnAClosedQuestionReachesTheWorkflow(t *testing.T) {
+	// The question was answered: the status lists it no more. Sent again
+	// with its id, the decision keeps its Update ID, so Temporal returns
+	// the first result instead of applying anything twice.
+	f := &fake{status: waiting(), result: workflows.DecisionResult{QuestionID: "q-3-approval-0", Applied: false, By: "bob"}}
+	c := New(f, Options{})
+	res, err := c.Approve(context.Background(), wf, workflows.ApproveSignal{Step: 3, QuestionID: "q-3-approval-0", Approved: true, By: "bob"})
+	require.NoError(t, err)
+	require.False(t, res.Applied)
+	require.Equal(t, "decision:q-3-approval-0:bob:approve", f.updates[0].UpdateID)
+	require.Equal(t, "fp3-now", f.updates[0].Args[0].(workflows.ApproveSignal).Fingerprint)
 }
 
 func TestUnsignedDecisionCarriesTheTypedName(t *testing.T) {
@@ -218,10 +242,20 @@ func TestRejectionCarriesTheWorkflowsReason(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	f := &fake{}
+	f := &fake{execution: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}
 	c := New(f, Options{})
 	require.NoError(t, c.Cancel(context.Background(), wf))
 	require.Equal(t, []string{wf}, f.cancels)
+
+	f.execution = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	err := c.Cancel(context.Background(), wf)
+	require.ErrorIs(t, err, ErrNotRunning)
+	require.ErrorContains(t, err, "it ended completed; nothing to cancel")
+	f.execution = enumspb.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED
+	require.ErrorIs(t, c.Cancel(context.Background(), wf), ErrNotRunning)
+	require.Len(t, f.cancels, 1, "an ended plan is not sent a cancel")
+
+	f.execution = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	f.cancelErr = serviceerror.NewNotFound("workflow not found")
 	require.ErrorContains(t, c.Cancel(context.Background(), wf), "nothing to cancel")
 }

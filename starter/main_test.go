@@ -366,7 +366,7 @@ func TestStatusPrintsEachQuestionWithItsCardNeutralised(t *testing.T) {
 	for _, want := range []string{
 		"question q-1-approval-1: approval of step 1, open 1h30m0s, expires in 22h0m0s",
 		"change       apply_refund: refund an order", "system       payments", "object       order_id ord_1002",
-		"amount       1,500.00 EUR (150000 minor units EUR)", "who asked    request req-7, requested by carol, session s",
+		"amount       1,500.00 EUR (150000 minor units)", "who asked    request req-7, requested by carol, session s",
 		"rule         approval policy: amount_minor > 50000", "(approving needs --override)",
 		"already ran  ord_1002 already refunded 1,500.00 EUR by h-1:1:2:apply_refund",
 		"decide       starter approve agent-plan:s:1 --step 1 --question q-1-approval-1 --key FILE --override",

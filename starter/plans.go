@@ -295,7 +295,7 @@ func printQuestion(out io.Writer, workflowID string, q workflows.Question, at ti
 	row("object", c.Object)
 	amount := c.Amount
 	if c.AmountMinor != 0 || c.Currency != "" {
-		amount = strings.TrimSpace(fmt.Sprintf("%s (%d minor units %s)", c.Amount, c.AmountMinor, c.Currency))
+		amount = strings.TrimSpace(fmt.Sprintf("%s (%d minor units)", c.Amount, c.AmountMinor))
 	}
 	row("amount", amount)
 	var who []string
