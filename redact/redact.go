@@ -1,6 +1,23 @@
 // Package redact keeps card numbers and secrets out of what agentsaga stores
-// and prints. The ledger passes every result through JSON before it writes
-// it; logs and operator notes go through String.
+// and prints. It is the one redaction function of the project: the ledger,
+// the workflow's status, activity failures, the worker's logs (NewHandler)
+// and the CLI all pass their text through String, and their JSON through
+// JSON, so a secret is masked the same way wherever it shows up.
+//
+// What is masked, anywhere inside a string:
+//
+//	what                                    example                               masked as
+//	card number (13-19 digits, Luhn)        4111 1111 1111 1111                    [redacted card ending 1111]
+//	IBAN (country length, mod-97)           DE89 3704 0044 0532 0130 00            [redacted IBAN DE ending 3000]
+//	API keys of known shapes                sk_live_51Hx..., xoxb-..., ghp_...,    sk_live_[redacted], xoxb-[redacted], ...
+//	                                        AKIA..., AIza..., sk-..., whsec_...
+//	JSON web tokens                         eyJhbGciOi....eyJzdWIi....sig          [redacted token]
+//	bearer tokens                           Bearer abc.def-123                     Bearer [redacted]
+//	Authorization values                    Authorization: Basic dXNlcjpw          Authorization: Basic [redacted]
+//	secret assignments                      api_key=abc123, "password": "x1y2"    api_key=[redacted], "password": "[redacted]"
+//
+// Masking is idempotent (String(String(s)) == String(s)) and a mask never
+// holds more than the last four digits of what it hides.
 package redact
 
 import (
@@ -9,119 +26,79 @@ import (
 	"strings"
 )
 
-// Mask is what a redacted value is replaced with.
+// Mask is what a redacted secret value (a sensitive JSON key's value, a
+// credential, a token) is replaced with.
 const Mask = "[redacted]"
 
-// LooksLikeCardNumber reports whether s is a payment card number: 13 to 19
-// digits (spaces and dashes allowed between them) that pass the Luhn check.
-func LooksLikeCardNumber(s string) bool {
-	n := 0
-	var digits [19]byte
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= '0' && c <= '9':
-			if n == len(digits) {
-				return false
-			}
-			digits[n] = c - '0'
-			n++
-		case c == ' ' || c == '-':
-		default:
-			return false
-		}
-	}
-	return n >= 13 && luhn(digits[:n])
+// Kind names what kind of secret a text holds.
+type Kind string
+
+// The kinds of secret Find reports.
+const (
+	// Card is a payment card number.
+	Card Kind = "card number"
+	// IBAN is an international bank account number.
+	IBAN Kind = "IBAN"
+	// APIKey is an API key of a known shape (sk_live_..., xoxb-..., ghp_...,
+	// AKIA..., ...).
+	APIKey Kind = "API key"
+	// BearerToken is a bearer token, a JSON web token or the value of an
+	// Authorization header.
+	BearerToken Kind = "bearer token"
+	// Credential is the value of a secret assignment such as api_key=...
+	// or "password": "...".
+	Credential Kind = "credential"
+)
+
+// maxRounds bounds how often String re-applies its passes until nothing
+// changes (masks never create new matches, so one round is the norm).
+const maxRounds = 4
+
+// pass is one detector: it rewrites every secret of its kind in s.
+type pass struct {
+	kind    Kind
+	rewrite func(s string) (string, bool)
 }
 
-// luhn reports whether the digits (values 0-9) pass the Luhn check.
-func luhn(digits []byte) bool {
-	sum := 0
-	for i := range digits {
-		d := int(digits[len(digits)-1-i])
-		if i%2 == 1 {
-			d *= 2
-			if d > 9 {
-				d -= 9
-			}
-		}
-		sum += d
-	}
-	return sum%10 == 0
+// passes run in this order: tokens and keys first (they may hold digits a
+// card pass would half-mask), then IBANs, then card numbers.
+var passes = []pass{
+	{Credential, rewriteAssignments},
+	{BearerToken, rewriteAuthorization},
+	{BearerToken, rewriteBearer},
+	{APIKey, rewriteKeys},
+	{IBAN, rewriteIBANs},
+	{Card, rewriteCards},
 }
 
-// String returns s with every card number inside it replaced by Mask. A card
-// number is a run of 13 to 19 digits, possibly grouped by single spaces or
-// dashes, that passes the Luhn check; groups are tried at their boundaries, so
-// "4111 1111 1111 1111 12" (a card number followed by more digits) is masked
-// too. An unbroken run of more than 19 digits is an identifier, not a card, and
-// is kept.
+// String returns s with every secret inside it masked (see the package
+// table). Text that holds no secret is returned unchanged.
 func String(s string) string {
-	var b strings.Builder
-	last := 0 // s[last:] is not yet copied
-	for i := 0; i < len(s); {
-		if !isDigit(s[i]) {
-			i++
-			continue
-		}
-		end, groups := scanRun(s, i)
-		if from, to, ok := cardIn(s, groups); ok {
-			b.WriteString(s[last:from])
-			b.WriteString(Mask)
-			last = to
-		}
-		i = end
-	}
-	if last == 0 {
-		return s
-	}
-	b.WriteString(s[last:])
-	return b.String()
-}
-
-// span is one group of consecutive digits, s[from:to].
-type span struct{ from, to int }
-
-// scanRun reads the run of digit groups that starts at s[i]: groups of digits
-// joined by exactly one space or dash. It returns where the run ends and its
-// groups.
-func scanRun(s string, i int) (end int, groups []span) {
-	for {
-		g := span{from: i}
-		for i < len(s) && isDigit(s[i]) {
-			i++
-		}
-		g.to = i
-		groups = append(groups, g)
-		if i+1 < len(s) && (s[i] == ' ' || s[i] == '-') && isDigit(s[i+1]) {
-			i++
-			continue
-		}
-		return i, groups
-	}
-}
-
-// cardIn finds the longest sequence of whole groups whose digits form a card
-// number and returns its bounds in s.
-func cardIn(s string, groups []span) (from, to int, ok bool) {
-	best := 0
-	for a := range groups {
-		var digits []byte
-		for z := a; z < len(groups); z++ {
-			for k := groups[z].from; k < groups[z].to; k++ {
-				digits = append(digits, s[k]-'0')
-			}
-			if len(digits) > 19 {
-				break
-			}
-			if len(digits) >= 13 && len(digits) > best && luhn(digits) {
-				best, from, to, ok = len(digits), groups[a].from, groups[z].to, true
+	for range maxRounds {
+		changed := false
+		for _, p := range passes {
+			if out, ok := p.rewrite(s); ok {
+				s, changed = out, true
 			}
 		}
+		if !changed {
+			break
+		}
 	}
-	return from, to, ok
+	return s
 }
 
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+// Find reports the first kind of secret s holds, in the order String masks
+// them (credential, bearer token, API key, IBAN, card number), and whether it
+// holds any. Find(s) finds nothing exactly when String(s) == s.
+func Find(s string) (Kind, bool) {
+	for _, p := range passes {
+		if _, ok := p.rewrite(s); ok {
+			return p.kind, true
+		}
+	}
+	return "", false
+}
 
 // sensitiveExact are key names (lower case, without '_', '-', '.' or spaces)
 // that are secret only when they are the whole name: as substrings they are
@@ -160,11 +137,12 @@ func SensitiveKey(key string) bool {
 }
 
 // JSON returns raw with the value of every sensitive key (see SensitiveKey)
-// and every card number inside a string or number replaced by Mask, at any
-// depth. Null values of sensitive keys stay null. Numbers are kept exactly as
+// replaced by Mask and every string, number and key passed through String
+// (a number that is a card number becomes the masked string), at any depth.
+// Null values of sensitive keys stay null. Other numbers are kept exactly as
 // written. Input that is not valid JSON is returned as a JSON string, itself
 // passed through String, so the output is always valid JSON. Empty input
-// returns nil.
+// returns nil. JSON is idempotent.
 func JSON(raw json.RawMessage) json.RawMessage {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil
@@ -181,14 +159,16 @@ func JSON(raw json.RawMessage) json.RawMessage {
 func redactValue(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
+		out := make(map[string]any, len(x))
 		for k, e := range x {
+			mk := String(k)
 			if e != nil && SensitiveKey(k) {
-				x[k] = Mask
+				out[mk] = Mask
 				continue
 			}
-			x[k] = redactValue(e)
+			out[mk] = redactValue(e)
 		}
-		return x
+		return out
 	case []any:
 		for i, e := range x {
 			x[i] = redactValue(e)
@@ -198,7 +178,7 @@ func redactValue(v any) any {
 		return String(x)
 	case json.Number:
 		if LooksLikeCardNumber(x.String()) {
-			return Mask
+			return cardMask(x.String())
 		}
 		return x
 	}

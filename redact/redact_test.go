@@ -31,18 +31,77 @@ func TestLooksLikeCardNumber(t *testing.T) {
 
 func TestString(t *testing.T) {
 	for in, want := range map[string]string{
-		"card " + visa + " declined":       "card [redacted] declined",
-		"card 4111 1111 1111 1111, exp 12": "card [redacted], exp 12",
-		"4111-1111-1111-1111 12/25":        "[redacted] 12/25",
-		"4111 1111 1111 1111 12":           "[redacted] 12",
-		"tok_" + visa:                      "tok_[redacted]",
-		"order 4111111111111112 refunded":  "order 4111111111111112 refunded",
-		"id 41111111111111111111":          "id 41111111111111111111",
-		"amount 12900, order 1234":         "amount 12900, order 1234",
-		"no digits":                        "no digits",
+		"card " + visa + " declined":        "card [redacted card ending 1111] declined",
+		"card 4111 1111 1111 1111, exp 12":  "card [redacted card ending 1111], exp 12",
+		"4111-1111-1111-1111 12/25":         "[redacted card ending 1111] 12/25",
+		"4111 1111 1111 1111 12":            "[redacted card ending 1111] 12",
+		"tok_" + visa:                       "tok_[redacted card ending 1111]",
+		"two " + visa + " 5500005555555559": "two [redacted card ending 1111] [redacted card ending 5559]",
+		"order 4111111111111112 refunded":   "order 4111111111111112 refunded",
+		"id 41111111111111111111":           "id 41111111111111111111",
+		"amount 12900, order 1234":          "amount 12900, order 1234",
+		"no digits":                         "no digits",
+		// IBANs, with or without spaces, any case; a wrong check digit is kept.
+		"pay DE89 3704 0044 0532 0130 00 now": "pay [redacted IBAN DE ending 3000] now",
+		"GB82WEST12345698765432.":             "[redacted IBAN GB ending 5432].",
+		"iban: de89370400440532013000":        "iban: [redacted IBAN DE ending 3000]",
+		"DE88370400440532013000":              "DE88370400440532013000",
+		"XDE89370400440532013000":             "XDE89370400440532013000",
+		// API keys of known shapes keep their prefix.
+		"key sk_live_51HxYzABCDEFGHIJKLMNOP":                    "key sk_live_[redacted]",
+		"rk_test_abcdefgh12, pk_live_ABCDEFGH1234":              "rk_test_[redacted], pk_live_[redacted]",
+		"slack xoxb-123456789012-abcdefghij":                    "slack xoxb-[redacted]",
+		"gh ghp_abcdefghijklmnopqrstuvwxyz0123":                 "gh ghp_[redacted]",
+		"aws AKIAIOSFODNN7EXAMPLE":                              "aws AKIA[redacted]",
+		"openai sk-proj-abcdefghijklmnopqrstuvwx":               "openai sk-[redacted]",
+		"task_live_abcdefghijk":                                 "task_live_abcdefghijk",
+		"jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl": "jwt [redacted token]",
+		// Bearer tokens and Authorization values keep their scheme.
+		"Authorization: Bearer abc.DEF-123":   "Authorization: Bearer [redacted]",
+		"authorization: Basic dXNlcjpwYXNz":   "authorization: Basic [redacted]",
+		`{"Authorization":"Token t0k3n-xyz"}`: `{"Authorization":"Token [redacted]"}`,
+		"sent with bearer Zm9vYmFyYmF6":       "sent with bearer [redacted]",
+		"the bearer receives the goods":       "the bearer receives the goods",
+		// Secret assignments.
+		"api_key=zzzz1234&x=1":              "api_key=[redacted]&x=1",
+		`{"client_secret": "s3cr3t-value"}`: `{"client_secret": "[redacted]"}`,
+		"password: hunter22 and more":       "password: [redacted] and more",
+		"X-Api-Key: abcd1234":               "X-Api-Key: [redacted]",
+		"the password policy changed":       "the password policy changed",
+		"declined card 4111 1111 1111 1111 for Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl key sk_live_51HxYzABCDEFGHIJKLMNOP": "declined card [redacted card ending 1111] for Bearer [redacted] key sk_live_[redacted]",
 	} {
-		require.Equal(t, want, redact.String(in), "%q", in)
+		got := redact.String(in)
+		require.Equal(t, want, got, "%q", in)
+		require.Equal(t, got, redact.String(got), "idempotent on %q", in)
 	}
+}
+
+func TestFind(t *testing.T) {
+	for in, want := range map[string]redact.Kind{
+		"card 4111 1111 1111 1111":                          redact.Card,
+		"DE89 3704 0044 0532 0130 00":                       redact.IBAN,
+		"sk_live_51HxYzABCDEFGHIJKLMNOP":                    redact.APIKey,
+		"Bearer abc.DEF-123":                                redact.BearerToken,
+		"Authorization: Basic dXNlcjpwYXNz":                 redact.BearerToken,
+		"api_key=zzzz1234":                                  redact.Credential,
+		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl": redact.APIKey,
+	} {
+		k, ok := redact.Find(in)
+		require.True(t, ok, in)
+		require.Equal(t, want, k, in)
+	}
+	for _, in := range []string{"", "ord_1001", "tok_visa", "cus_ana", "refund 12900 EUR", "[redacted card ending 1111]"} {
+		_, ok := redact.Find(in)
+		require.False(t, ok, in)
+	}
+}
+
+func TestLooksLikeIBAN(t *testing.T) {
+	require.True(t, redact.LooksLikeIBAN("DE89 3704 0044 0532 0130 00"))
+	require.True(t, redact.LooksLikeIBAN("NL91ABNA0417164300"))
+	require.False(t, redact.LooksLikeIBAN("NL91ABNA041716430"), "one character short")
+	require.False(t, redact.LooksLikeIBAN("ZZ89370400440532013000"), "no such country")
+	require.False(t, redact.LooksLikeIBAN("DE89370400440532013001"), "check digits wrong")
 }
 
 func TestSensitiveKey(t *testing.T) {
@@ -57,14 +116,17 @@ func TestSensitiveKey(t *testing.T) {
 
 func TestJSON(t *testing.T) {
 	in := `{"refund_id":"re_1","amount_minor":12900,"card_number":"` + visa + `","nested":{"Access_Token":"abc",
-	"list":["` + visa + `", {"note":"paid with ` + visa + `"}, 4111111111111111, 129.00]},"password":null,"card_brand":"visa"}`
+	"list":["` + visa + `", {"note":"paid with ` + visa + ` from DE89370400440532013000"}, 4111111111111111, 129.00]},"password":null,"card_brand":"visa",
+	"` + visa + `":1}`
 	out := redact.JSON(json.RawMessage(in))
 	require.True(t, json.Valid(out), string(out))
 	require.NotContains(t, string(out), visa)
 	require.NotContains(t, string(out), "abc")
 	require.JSONEq(t, `{"refund_id":"re_1","amount_minor":12900,"card_number":"[redacted]","nested":{"Access_Token":"[redacted]",
-	"list":["[redacted]", {"note":"paid with [redacted]"}, "[redacted]", 129.00]},"password":null,"card_brand":"visa"}`, string(out))
+	"list":["[redacted card ending 1111]", {"note":"paid with [redacted card ending 1111] from [redacted IBAN DE ending 3000]"},
+	"[redacted card ending 1111]", 129.00]},"password":null,"card_brand":"visa","[redacted card ending 1111]":1}`, string(out))
 	require.Contains(t, string(out), "129.00", "numbers are kept as written")
+	require.Equal(t, string(out), string(redact.JSON(out)), "idempotent")
 }
 
 func TestJSONEdges(t *testing.T) {
@@ -73,6 +135,6 @@ func TestJSONEdges(t *testing.T) {
 	out := redact.JSON(json.RawMessage("not json " + visa))
 	require.True(t, json.Valid(out))
 	require.False(t, strings.Contains(string(out), visa))
-	require.Equal(t, `"[redacted]"`, string(redact.JSON(json.RawMessage(`"`+visa+`"`))))
+	require.Equal(t, `"[redacted card ending 1111]"`, string(redact.JSON(json.RawMessage(`"`+visa+`"`))))
 	require.Equal(t, `"<a&b>"`, string(redact.JSON(json.RawMessage(`"<a&b>"`))))
 }
