@@ -166,7 +166,7 @@ func cmdExceptions(ctx context.Context, args []string, _ io.Reader, out io.Write
 	fs := flag.NewFlagSet("exceptions", flag.ContinueOnError)
 	var l ledgerFlags
 	l.register(fs)
-	older := fs.Duration("older-than", 15*time.Minute, "also list unknown operations unchanged for this long (needs_human, held and compensation_failed rows are listed at once)")
+	older := fs.Duration("older-than", 15*time.Minute, "also list unknown operations unchanged for this long (needs_human, held and compensation_failed rows, and unknown rows of tools that cannot look themselves up, are listed at once)")
 	asJSON := fs.Bool("json", false, "print JSON (errors too, on standard error)")
 	pos, err := parse(fs, args, out)
 	if err != nil {
@@ -180,11 +180,28 @@ func cmdExceptions(ctx context.Context, args []string, _ io.Reader, out io.Write
 		return err
 	}
 	defer store.Close()
-	ops, err := store.Exceptions(ctx, ledger.ExceptionFilter{UnknownOlderThan: *older})
+	ops, err := store.Exceptions(ctx, ledger.ExceptionFilter{})
 	if err != nil {
 		return err
 	}
-	return printExceptions(out, exceptionRows(ops, demotools.Specs(), now()), *asJSON)
+	specs := demotools.Specs()
+	return printExceptions(out, exceptionRows(queue(ops, specs, *older, now()), specs, now()), *asJSON)
+}
+
+// queue keeps what waits for a human now: every row but the unknown ones
+// still inside --older-than, except those of a tool that cannot look itself
+// up (its unknown outcome goes to a human at once).
+func queue(ops []ledger.Operation, specs tool.Catalog, older time.Duration, at time.Time) []ledger.Operation {
+	var out []ledger.Operation
+	for _, op := range ops {
+		if op.Status == ledger.Unknown && at.Sub(op.UpdatedAt) < older {
+			if spec, ok := specs.Spec(op.ActionType); !ok || !spec.NoLookup {
+				continue
+			}
+		}
+		out = append(out, op)
+	}
+	return out
 }
 
 func cmdAudit(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {

@@ -315,6 +315,19 @@ func TestExceptionHintsFitTheTool(t *testing.T) {
 	unknown := suggest(op("s:1:3:apply_refund", "apply_refund", func(o *ledger.Operation) { o.Status = ledger.Unknown }), specs)
 	require.Contains(t, unknown, "reconciles key s:1:3:apply_refund")
 
+	at := time.Unix(1000, 0)
+	fresh := func(status ledger.Status, tool string) ledger.Operation {
+		return ledger.Operation{Key: "s:1:1:" + tool, ActionType: tool, Status: status, UpdatedAt: at.Add(-time.Minute)}
+	}
+	kept := queue([]ledger.Operation{fresh(ledger.Unknown, "send_email"), fresh(ledger.Unknown, "apply_refund"), fresh(ledger.NeedsHuman, "apply_refund"),
+		{Key: "s:1:2:apply_refund", ActionType: "apply_refund", Status: ledger.Unknown, UpdatedAt: at.Add(-time.Hour)}}, specs, 15*time.Minute, at)
+	var keys []string
+	for _, o := range kept {
+		keys = append(keys, o.Key+" "+string(o.Status))
+	}
+	require.Equal(t, []string{"s:1:1:send_email unknown", "s:1:1:apply_refund needs_human", "s:1:2:apply_refund unknown"}, keys,
+		"a fresh unknown refund is still being reconciled; a fresh unknown email goes to a human at once")
+
 	rows := exceptionRows([]ledger.Operation{op("s:1:2:send_email", "send_email", func(o *ledger.Operation) {
 		o.CreatedAt = time.Unix(0, 0)
 		o.Summary = "send_email to \x1b[8mhidden"
