@@ -15,15 +15,29 @@ import (
 	"github.com/agentsaga/agentsaga/devserver"
 )
 
+// The stress tests run only when asked, as they take minutes:
+//
+//	AGENTSAGA_DEVSERVER_STRESS=100 go test -run 'TestStress(InProcess|Processes)$' -v ./devserver/
+//
+// AGENTSAGA_DEVSERVER_STRESS_PAR=K runs K child processes at a time (default
+// 2) and AGENTSAGA_DEVSERVER_STRESS_FRESH=1 gives every child a new data
+// directory (a first start, which creates the schema).
 const (
 	stressEnv      = "AGENTSAGA_DEVSERVER_STRESS"
+	stressParEnv   = "AGENTSAGA_DEVSERVER_STRESS_PAR"
+	stressFreshEnv = "AGENTSAGA_DEVSERVER_STRESS_FRESH"
 	stressChildEnv = "AGENTSAGA_DEVSERVER_STRESS_CHILD"
 )
 
-// stressCount returns N from AGENTSAGA_DEVSERVER_STRESS=N or skips the test.
-func stressCount(t *testing.T) int {
+// stressCount returns N from AGENTSAGA_DEVSERVER_STRESS=N, else def, or
+// skips the test when def is 0.
+func stressCount(t *testing.T, def int) int {
 	t.Helper()
 	v := os.Getenv(stressEnv)
+	if v == "" && def > 0 {
+		t.Logf("%d rounds; set %s=N for N", def, stressEnv)
+		return def
+	}
 	if v == "" {
 		t.Skipf("skipped: set %s=N to start and stop the dev server N times", stressEnv)
 	}
@@ -34,11 +48,12 @@ func stressCount(t *testing.T) int {
 	return n
 }
 
-// TestStressInProcess starts and stops servers N times in this process:
-// in memory and on a data directory, with and without UI, restarting on the
-// same directory.
+// TestStressInProcess starts and stops servers in this process, one after
+// another (8 times, or N): in memory and on a data directory, with and
+// without UI, restarting on the same directory. Each start must succeed and
+// each stop must free what the next start needs.
 func TestStressInProcess(t *testing.T) {
-	n := stressCount(t)
+	n := stressCount(t, 8)
 	dir := t.TempDir()
 	for i := range n {
 		opts := devserver.Options{SearchAttributes: testAttrs, Logger: testLogger(t)}
@@ -67,12 +82,13 @@ func TestStressInProcess(t *testing.T) {
 }
 
 // TestStressProcesses starts N child processes that each start the server
-// once on a shared data directory with the UI, the way `worker --dev` does,
-// two at a time on separate directories to load the machine.
+// once with the UI on a data directory, the way `worker --dev` does, several
+// at a time on separate directories to load the machine. A child that exits
+// with an error or prints a panic fails the test with its whole output.
 func TestStressProcesses(t *testing.T) {
-	n := stressCount(t)
+	n := stressCount(t, 0)
 	par := 2
-	if v, err := strconv.Atoi(os.Getenv("AGENTSAGA_DEVSERVER_STRESS_PAR")); err == nil && v > 0 {
+	if v, err := strconv.Atoi(os.Getenv(stressParEnv)); err == nil && v > 0 {
 		par = v
 	}
 	var dirs []string
@@ -89,7 +105,7 @@ func TestStressProcesses(t *testing.T) {
 			for i := w; i < n; i += len(dirs) {
 				cmd := exec.Command(os.Args[0], "-test.run=^TestStressChild$", "-test.v")
 				sub := "temporal"
-				if os.Getenv("AGENTSAGA_DEVSERVER_STRESS_FRESH") != "" {
+				if os.Getenv(stressFreshEnv) != "" {
 					sub = fmt.Sprintf("fresh-%d", i)
 				}
 				cmd.Env = append(os.Environ(), stressChildEnv+"="+filepath.Join(dir, sub))
