@@ -207,12 +207,17 @@ func TestUnknownWithoutLookupWaitsForResolve(t *testing.T) {
 		h.p.fail("email", "commit_then_drop")
 		env := h.env()
 		var seen workflows.Status
+		var seenRow ledger.Operation
 		env.RegisterDelayedCallback(func() {
 			seen = status(t, env)
+			var err error
+			seenRow, err = h.ledger.Get(context.Background(), "s6:1:2:email")
+			require.NoError(t, err)
 			env.SignalWorkflow(workflows.SignalResolve, workflows.ResolveSignal{Step: 2, Outcome: workflows.OutcomeSucceeded, ExternalID: "msg-9", By: "bob", Note: "seen in the mail log"})
 		}, time.Hour)
 		st := run(t, env, newPlan("s6", step("charge", "o1", 100), step("email", "o1", 1)))
 		require.Equal(t, ledger.NeedsHuman, seen.Steps[1].State)
+		require.Equal(t, ledger.NeedsHuman, seenRow.Status, "the ledger lists it as needs_human while the question is open")
 		require.Equal(t, workflows.SagaNeedsHuman, seen.State)
 		require.Equal(t, workflows.SagaSucceeded, st.State)
 		require.Equal(t, "msg-9", st.Steps[1].ExternalID)

@@ -41,6 +41,14 @@ type question struct {
 	checking bool      // a resolve is being checked with the provider
 }
 
+// Change IDs for workflow.GetVersion: each names a change of the commands
+// the workflow issues, so plans started before it replay unchanged.
+const (
+	// versionLedgerFollowsQuestion: opening an outcome or reversal
+	// question moves the ledger row to needs_human / compensation_failed.
+	versionLedgerFollowsQuestion = "ledger-row-follows-question"
+)
+
 // register installs the status query, the decision Updates (with
 // validators) and the signal listeners.
 func (r *run) register(ctx workflow.Context) error {
@@ -516,6 +524,17 @@ func (r *run) askApproval(ctx, dctx workflow.Context, n int, rule string, rep ac
 // decided by a person.
 func (r *run) askResolve(dctx workflow.Context, n int, kind, rule string, answers []string) Decision {
 	st := r.step(n)
+	// The ledger says so at once, so `starter exceptions` lists the row
+	// while the question is open. (Plans recorded before this change did
+	// not write it: GetVersion keeps their replay unchanged.)
+	v := workflow.GetVersion(dctx, versionLedgerFollowsQuestion, workflow.DefaultVersion, 1)
+	switch {
+	case v == workflow.DefaultVersion:
+	case kind == QuestionOutcome:
+		r.transition(dctx, st.Key, ledger.NeedsHuman, "", ledger.Unknown, ledger.InProgress, ledger.Pending, ledger.NeedsHuman)
+	case kind == QuestionReversal:
+		r.transition(dctx, st.Key, ledger.CompensationFailed, "", ledger.Succeeded, ledger.Compensating, ledger.CompensationFailed)
+	}
 	if kind == QuestionOutcome {
 		st.State = ledger.NeedsHuman
 	}
