@@ -31,12 +31,14 @@ const (
 	EnvLedger     = "AGENTSAGA_LEDGER"
 	EnvSandboxURL = "AGENTSAGA_SANDBOX_URL"
 	EnvDataDir    = "AGENTSAGA_DATA_DIR"
+	// EnvOperators names the operators file (see package operators).
+	EnvOperators = "AGENTSAGA_OPERATORS"
 )
 
 // EnvNames lists every environment variable the worker reads.
 func EnvNames() []string {
 	return []string{EnvAddress, EnvNamespace, EnvAPIKey, EnvTLS, EnvTLSCert, EnvTLSKey, EnvTLSCA, EnvTLSServer,
-		EnvTaskQueue, EnvLedger, EnvSandboxURL, EnvDataDir}
+		EnvTaskQueue, EnvLedger, EnvSandboxURL, EnvDataDir, EnvOperators}
 }
 
 // Defaults.

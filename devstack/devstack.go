@@ -50,6 +50,9 @@ type Options struct {
 	NoWorker bool
 	// Logger receives the stack's logs; nil discards them.
 	Logger *slog.Logger
+	// Operators verifies who decides (an *operators.Keyring); nil accepts
+	// typed names, recorded as unverified.
+	Operators workflows.Verifier
 }
 
 // Stack is a running product.
@@ -143,7 +146,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if o.NoWorker {
 		return st, nil
 	}
-	st.Worker, err = sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: st.Tools, Ledger: st.Ledger, Logger: log})
+	st.Worker, err = sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: st.Tools, Ledger: st.Ledger, Logger: log, Operators: o.Operators})
 	if err != nil {
 		return nil, err
 	}

@@ -44,9 +44,6 @@ func main() {
 
 type usageError struct{ error }
 
-// envOperators names the operators file (see package operators).
-const envOperators = "AGENTSAGA_OPERATORS"
-
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	var t config.Temporal
@@ -58,7 +55,7 @@ func run(ctx context.Context, args []string) error {
 	ledgerDSN := fs.String("ledger", os.Getenv(config.EnvLedger), "ledger: sqlite:PATH or postgres://... (env "+config.EnvLedger+"; default sqlite under --data-dir)")
 	sandboxAddr := fs.String("sandbox-addr", "127.0.0.1:8090", "with --dev: where the sandbox providers listen")
 	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers (env "+config.EnvSandboxURL+"; --dev starts its own)")
-	operatorsFile := fs.String("operators", os.Getenv(envOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+envOperators+"; without it typed names are recorded as unverified)")
+	operatorsFile := fs.String("operators", os.Getenv(config.EnvOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+config.EnvOperators+"; without it typed names are recorded as unverified)")
 	verbose := fs.Bool("v", false, "log every tool call")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -84,12 +81,9 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	if *dev {
-		if verifier != nil {
-			return usageError{errors.New("--operators is not supported with --dev yet (the dev stack accepts typed names, recorded as unverified); run the worker without --dev against the dev server to check signatures")}
-		}
 		st, err := devstack.Start(ctx, devstack.Options{
 			DataDir: *dataDir, Port: *port, UIPort: *uiPort, Ledger: *ledgerDSN, SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr,
-			TaskQueue: t.TaskQueue, Logger: log,
+			TaskQueue: t.TaskQueue, Logger: log, Operators: verifier,
 		})
 		if err != nil {
 			return err
