@@ -227,7 +227,7 @@ func startTemporal(opts Options, sqlCfg *config.SQL, logger serverLogger) (srv t
 			return
 		}
 		if srv != nil {
-			stopAfterPanic(srv, logger)
+			stopAfterFailure(srv, logger)
 		}
 		srv = nil
 		var fatal *fatalError
@@ -254,7 +254,7 @@ func startTemporal(opts Options, sqlCfg *config.SQL, logger serverLogger) (srv t
 	}
 	stage = "start"
 	if err := srv.Start(); err != nil {
-		stopAfterPanic(srv, logger)
+		stopAfterFailure(srv, logger)
 		if strings.Contains(err.Error(), "address already in use") {
 			return nil, p, nil, fmt.Errorf("devserver: start the Temporal server: %w: %w", errPortTaken, err)
 		}
@@ -263,9 +263,9 @@ func startTemporal(opts Options, sqlCfg *config.SQL, logger serverLogger) (srv t
 	return srv, p, uiHold, nil
 }
 
-// stopAfterPanic stops a server whose build or start failed, as far as it
+// stopAfterFailure stops a server whose build or start failed, as far as it
 // can be stopped: it may itself panic, which is logged, not raised.
-func stopAfterPanic(srv temporal.Server, logger serverLogger) {
+func stopAfterFailure(srv temporal.Server, logger serverLogger) {
 	defer func() {
 		if r := recover(); r != nil {
 			logger.l.Error("devserver: stopping the Temporal server after a failed start panicked", "panic", r)
