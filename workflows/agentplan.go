@@ -170,6 +170,7 @@ func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
 // (and the cancellation, if the plan was cancelled).
 func (r *run) finish(ctx, dctx workflow.Context) (Status, error) {
 	_ = workflow.Await(dctx, func() bool { return workflow.AllHandlersFinished(dctx) })
+	r.count(dctx, MetricPlansCompleted, map[string]string{"state": string(r.st.State)})
 	return r.st, ctx.Err()
 }
 
@@ -366,18 +367,21 @@ func (r *run) succeeded(n int, externalID string, result json.RawMessage) {
 // whether a person decided.
 func (r *run) settle(dctx workflow.Context, n int, spec tool.Spec, req activities.Request) (Outcome, bool) {
 	st := r.step(n)
+	since := workflow.Now(dctx)
 	var rule string
 	answers := []string{string(OutcomeSucceeded), string(OutcomeFailed), string(OutcomeRetry)}
 	if !spec.NoLookup {
 		look, tries, ok := r.reconcileUntil(dctx, spec, req)
 		switch {
 		case ok && look.Status == tool.Found:
+			r.settled(dctx, since, "reconcile")
 			r.succeeded(n, look.Result.ExternalID, look.Result.Data)
 			return OutcomeSucceeded, false
 		case ok && look.Status == tool.Mismatch:
 			rule = fmt.Sprintf("the provider holds an effect under key %s made with other arguments (%s): it is not this step's", st.Key, look.Result.ExternalID)
 			answers = []string{string(OutcomeFailed), string(OutcomeRetry)}
 		case ok:
+			r.settled(dctx, since, "reconcile")
 			return OutcomeRetry, false // authoritative absent: the same key may be sent again
 		default:
 			rule = fmt.Sprintf("outcome unknown: reconciled %d time(s) over %s and the provider could not say", tries, spec.Window())
@@ -388,6 +392,7 @@ func (r *run) settle(dctx workflow.Context, n int, spec tool.Spec, req activitie
 		st.LastError = rule + ": " + st.LastError
 	}
 	d := r.askResolve(dctx, n, QuestionOutcome, rule, answers)
+	r.settled(dctx, since, "human")
 	switch d.Outcome {
 	case OutcomeSucceeded:
 		r.record(dctx, st.Key, ledger.Succeeded, d)
@@ -554,8 +559,10 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	}
 	if err != nil {
 		st.State, c.State, c.LastError = ledger.CompensationFailed, ledger.FailedFinal, errText(err)
+		r.count(dctx, MetricCompensations, map[string]string{"result": "failed"})
 		return false
 	}
+	r.count(dctx, MetricCompensations, map[string]string{"result": "succeeded"})
 	st.State, c.State, c.ExternalID, c.LastError = ledger.Compensated, ledger.Succeeded, out.ExternalID, ""
 	r.transition(dctx, st.Key, ledger.Compensated, "")
 	return true

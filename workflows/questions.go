@@ -404,6 +404,7 @@ func (r *run) refuse(ctx workflow.Context, kind string, step int, qid, by string
 		key = st.Key
 	}
 	r.audit(ctx, key, d, nil)
+	r.count(ctx, MetricDecisions, map[string]string{"kind": "refused", "outcome": ""})
 }
 
 func clip(s string, n int) string {
@@ -426,6 +427,7 @@ func (r *run) open(ctx workflow.Context, n int, kind, rule string, answers []str
 	}
 	r.q = q
 	r.st.Questions = []Question{q.Question}
+	r.count(ctx, MetricQuestionsOpened, map[string]string{"kind": kind})
 	return q
 }
 
@@ -444,6 +446,7 @@ func (r *run) close(ctx workflow.Context, q *question, d Decision) {
 		key = st.Compensation.Key
 	}
 	r.audit(ctx, key, d, &q.Card)
+	r.count(ctx, MetricDecisions, map[string]string{"kind": auditKind(d), "outcome": string(d.Outcome)})
 	r.details(ctx)
 }
 
