@@ -15,7 +15,11 @@
 // apply_refund is declared NON_IDEMPOTENT_WRITE although the acquirer honours
 // the key, as DESIGN.md's table says: a refund is retried only when the
 // request provably never left, and otherwise reconciled first. It waits for
-// approval above 500.00 and is guarded to one active refund per order.
+// approval above 500.00 and is guarded to one active refund per order;
+// create_payment waits for approval above 5,000.00. Money is capped per tool
+// (Spec.MaxAmountMinor): payments and invoices at 100,000.00, refunds at
+// 50,000.00. Bodies and descriptions are multi-line text; bodies may hold
+// 10,000 bytes, other strings the plan limit (1,000 by default).
 //
 // Every write that can look itself up declares Spec.Match: the fields of the
 // provider's answer a found effect must share with the call's args before it
@@ -53,6 +57,24 @@ const (
 // RefundApprovalAboveMinor is the refund amount above which apply_refund
 // waits for a human's approval (500.00).
 const RefundApprovalAboveMinor = 50000
+
+// PaymentApprovalAboveMinor is the payment amount above which
+// create_payment waits for a human's approval (5,000.00).
+const PaymentApprovalAboveMinor = 500000
+
+// Money ceilings (tool.Spec.MaxAmountMinor): a plan asking for more is
+// refused naming the field.
+const (
+	// MaxPaymentMinor bounds create_payment and create_invoice
+	// (100,000.00).
+	MaxPaymentMinor = 10_000_000
+	// MaxRefundMinor bounds apply_refund and check_refund_policy
+	// (50,000.00).
+	MaxRefundMinor = 5_000_000
+)
+
+// MaxBodyLen is the longest e-mail or ticket body, in bytes.
+const MaxBodyLen = 10_000
 
 // Config says where the providers are. Each URL is a provider's base URL, as
 // sandbox.URLs gives them (http://127.0.0.1:PORT/payments and so on).
@@ -167,7 +189,7 @@ func (t *checkRefundPolicy) Spec() tool.Spec {
 	amount := fAmount
 	amount.Required, amount.Description = false, "the refund asked for, in minor units; checked against the order"
 	return tool.Spec{Name: CheckRefundPolicy, Description: "Check that an order may be refunded (and this amount, if given); a refusal fails the step.",
-		Class: tool.Read, Args: tool.Schema{Fields: []tool.Field{fOrderID, amount}}, Timeout: 5 * time.Second}
+		Class: tool.Read, Args: tool.Schema{Fields: []tool.Field{fOrderID, amount}}, Timeout: 5 * time.Second, MaxAmountMinor: MaxRefundMinor}
 }
 
 func (t *checkRefundPolicy) Execute(ctx context.Context, call tool.Call) (tool.Result, error) {
@@ -235,11 +257,12 @@ func (t *applyRefund) Spec() tool.Spec {
 		Class: tool.NonIdempotentWrite,
 		Args: tool.Schema{Fields: []tool.Field{fOrderID, fAmount, fCurrency,
 			{Name: "reason", Type: tool.String, Description: "why, for the customer's statement"}}},
-		Timeout:     10 * time.Second,
-		Compensator: compensators.ReverseRefund,
-		Approval:    &tool.Approval{Field: "amount_minor", AboveMinor: RefundApprovalAboveMinor},
-		Guard:       &tool.Guard{Scope: "refund-per-order", Fields: []string{"order_id"}, Hold: true},
-		Match:       []tool.MatchField{{Arg: "order_id", Result: "order_id"}, {Arg: "amount_minor", Result: "amount_minor"}, {Arg: "currency", Result: "currency"}, {Arg: "reason", Result: "reason"}},
+		Timeout:        10 * time.Second,
+		MaxAmountMinor: MaxRefundMinor,
+		Compensator:    compensators.ReverseRefund,
+		Approval:       &tool.Approval{Field: "amount_minor", AboveMinor: RefundApprovalAboveMinor},
+		Guard:          &tool.Guard{Scope: "refund-per-order", Fields: []string{"order_id"}, Hold: true},
+		Match:          []tool.MatchField{{Arg: "order_id", Result: "order_id"}, {Arg: "amount_minor", Result: "amount_minor"}, {Arg: "currency", Result: "currency"}, {Arg: "reason", Result: "reason"}},
 	}
 }
 
@@ -288,10 +311,12 @@ func (t *createPayment) Spec() tool.Spec {
 			{Name: "order_id", Type: tool.String, Description: "the order paid for"},
 			fAmount, fCurrency,
 			{Name: "payment_method", Type: tool.String, Required: true, Description: "a payment method token, such as tok_visa"},
-			{Name: "description", Type: tool.String, Description: "statement text"},
+			{Name: "description", Type: tool.String, Description: "statement text", Multiline: true},
 		}},
-		Timeout:     10 * time.Second,
-		Compensator: compensators.VoidPayment,
+		Timeout:        10 * time.Second,
+		Compensator:    compensators.VoidPayment,
+		MaxAmountMinor: MaxPaymentMinor,
+		Approval:       &tool.Approval{Field: "amount_minor", AboveMinor: PaymentApprovalAboveMinor},
 		Match: []tool.MatchField{{Arg: "customer_id", Result: "customer_id"}, {Arg: "order_id", Result: "order_id"},
 			{Arg: "amount_minor", Result: "amount_minor"}, {Arg: "currency", Result: "currency"},
 			{Arg: "payment_method", Result: "payment_method"}, {Arg: "description", Result: "reason"}},
@@ -327,7 +352,7 @@ func (t *createTicket) Spec() tool.Spec {
 		Class: tool.ConditionalWrite,
 		Args: tool.Schema{Fields: []tool.Field{
 			{Name: "subject", Type: tool.String, Required: true, Description: "one line"},
-			{Name: "body", Type: tool.String, Description: "details"},
+			{Name: "body", Type: tool.String, Description: "details", Multiline: true, MaxLen: MaxBodyLen},
 			{Name: "order_id", Type: tool.String, Description: "the order concerned"},
 			{Name: "priority", Type: tool.String, Description: "low, normal, high or urgent"},
 		}},
@@ -396,10 +421,11 @@ func (t *createInvoice) Spec() tool.Spec {
 			{Name: "customer_id", Type: tool.String, Required: true, Description: "the customer, such as cus_ana"},
 			{Name: "order_id", Type: tool.String, Description: "the order invoiced"},
 			fAmount, fCurrency,
-			{Name: "description", Type: tool.String, Description: "what is invoiced"},
+			{Name: "description", Type: tool.String, Description: "what is invoiced", Multiline: true},
 		}},
-		Timeout:     10 * time.Second,
-		Compensator: compensators.StornoInvoice,
+		Timeout:        10 * time.Second,
+		Compensator:    compensators.StornoInvoice,
+		MaxAmountMinor: MaxPaymentMinor,
 		Match: []tool.MatchField{{Arg: "customer_id", Result: "customer_id"}, {Arg: "order_id", Result: "order_id"},
 			{Arg: "amount_minor", Result: "amount_minor"}, {Arg: "currency", Result: "currency"},
 			{Arg: "description", Result: "description"}},
@@ -435,9 +461,9 @@ func (t *sendEmail) Spec() tool.Spec {
 	return tool.Spec{Name: SendEmail, Description: "Send an email; the relay has no key and no lookup, so a lost answer goes to a human.",
 		Class: tool.NonIdempotentWrite,
 		Args: tool.Schema{Fields: []tool.Field{
-			{Name: "to", Type: tool.String, Required: true, Description: "recipient address"},
+			{Name: "to", Type: tool.Email, Required: true, Description: "one recipient address, such as ana@example.com"},
 			{Name: "subject", Type: tool.String, Required: true, Description: "subject line"},
-			{Name: "body", Type: tool.String, Required: true, Description: "plain text"},
+			{Name: "body", Type: tool.String, Required: true, Description: "plain text", Multiline: true, MaxLen: MaxBodyLen},
 		}},
 		Timeout:  10 * time.Second,
 		NoLookup: true,

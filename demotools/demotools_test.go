@@ -111,6 +111,43 @@ func TestSpecsWithoutSandbox(t *testing.T) {
 	}
 }
 
+// The demo specs bound what a plan may ask: approval of large payments,
+// money ceilings per tool, e-mail addresses, multi-line bodies.
+func TestSpecsBoundTheArgs(t *testing.T) {
+	specs := demotools.Specs()
+	pay := specs[demotools.CreatePayment]
+	if !pay.Approval.Required(json.RawMessage(`{"amount_minor":500001}`)) || pay.Approval.Required(json.RawMessage(`{"amount_minor":500000}`)) {
+		t.Fatalf("create_payment must wait for approval above 5,000.00: %+v", pay.Approval)
+	}
+	check := func(name, args string) []tool.FieldError {
+		t.Helper()
+		return specs[name].CheckArgs("args", json.RawMessage(args), tool.ArgLimits{})
+	}
+	for _, c := range []struct{ tool, args, want string }{
+		{demotools.CreateInvoice, `{"customer_id":"cus_ana","amount_minor":9223372036854775807,"currency":"EUR"}`, "above this tool's ceiling of 10000000"},
+		{demotools.CreatePayment, `{"customer_id":"cus_ana","amount_minor":10000001,"currency":"EUR","payment_method":"tok_visa"}`, "ceiling of 10000000"},
+		{demotools.ApplyRefund, `{"order_id":"o","amount_minor":5000001,"currency":"EUR"}`, "ceiling of 5000000"},
+		{demotools.SendEmail, `{"to":"Ana <ana@example.com>","subject":"s","body":"b"}`, "bare e-mail address"},
+		{demotools.SendEmail, `{"to":"ana@example.com","subject":"two\nlines","body":"b"}`, "control character"},
+		{demotools.CreateTicket, `{"subject":"s","body":"card 4111 1111 1111 1111 charged twice"}`, "holds a card number"},
+		{demotools.CreateTicket, `{"subject":"s","body":"` + strings.Repeat("x", demotools.MaxBodyLen+1) + `"}`, "the limit is 10000 bytes"},
+	} {
+		errs := check(c.tool, c.args)
+		if len(errs) != 1 || !strings.Contains(errs[0].Problem, c.want) {
+			t.Errorf("%s %.80s: got %v, want one problem saying %q", c.tool, c.args, errs, c.want)
+		}
+	}
+	for _, c := range []struct{ tool, args string }{
+		{demotools.SendEmail, `{"to":"ana@example.com","subject":"Your refund","body":"Hello,\n\tWe refunded 129.00 EUR.\n"}`},
+		{demotools.CreateInvoice, `{"customer_id":"cus_ana","amount_minor":10000000,"currency":"EUR","description":"line 1\nline 2"}`},
+		{demotools.CreateTicket, `{"subject":"s","body":"` + strings.Repeat("x", demotools.MaxBodyLen) + `"}`},
+	} {
+		if errs := check(c.tool, c.args); len(errs) != 0 {
+			t.Errorf("%s %.80s refused: %v", c.tool, c.args, errs)
+		}
+	}
+}
+
 // broken is a write that declares no class and cannot look itself up.
 type broken struct{ name string }
 

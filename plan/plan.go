@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
@@ -50,34 +51,53 @@ type Step struct {
 	Args json.RawMessage `json:"args,omitempty"`
 }
 
-var sessionPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+var sessionChars = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
-// Parse reads a plan from JSON. It refuses unknown fields and a turn that is
-// not an integer; everything else is left to Validate so that all problems
-// are reported at once.
-func Parse(r io.Reader) (Plan, error) {
-	var raw struct {
-		SessionID   string      `json:"session_id"`
-		Turn        json.Number `json:"turn"`
-		RequestID   string      `json:"request_id"`
-		RequestedBy string      `json:"requested_by"`
-		Steps       []Step      `json:"steps"`
-	}
-	data, err := io.ReadAll(r)
+// Parse reads a plan from JSON under DefaultLimits (see ParseWith).
+func Parse(r io.Reader) (Plan, error) { return ParseWith(r, DefaultLimits()) }
+
+// ParseWith reads at most l.MaxPlanBytes+1 bytes of r and parses them with
+// ParseBytes. It does not stop on a cancelled context: read with ReadLimited
+// first when r may block.
+func ParseWith(r io.Reader, l Limits) (Plan, error) {
+	l = l.WithDefaults()
+	data, err := io.ReadAll(io.LimitReader(r, int64(l.MaxPlanBytes)+1))
 	if err != nil {
 		return Plan{}, fmt.Errorf("read plan: %w", err)
+	}
+	return ParseBytes(data, l)
+}
+
+// ParseBytes parses a plan strictly: it refuses a plan over l.MaxPlanBytes,
+// bytes that are not UTF-8, data after the plan's object, a key named twice
+// in one object at any depth (both values would reach history, the check
+// would see one), escapes of lone UTF-16 surrogates, unknown fields, and a
+// turn that is not a JSON integer ("1", 1.0 and 1e0 are refused). Every
+// problem names its field, in a *ValidationError. Everything else is left to
+// Validate, so that all problems of a well-formed plan are reported at once.
+func ParseBytes(data []byte, l Limits) (Plan, error) {
+	l = l.WithDefaults()
+	if probs := strictCheck(data, l.MaxPlanBytes); len(probs) > 0 {
+		return Plan{}, newValidationError(probs)
+	}
+	var raw struct {
+		SessionID   string          `json:"session_id"`
+		Turn        json.RawMessage `json:"turn"`
+		RequestID   string          `json:"request_id"`
+		RequestedBy string          `json:"requested_by"`
+		Steps       []Step          `json:"steps"`
 	}
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
 	d.DisallowUnknownFields()
 	if err := d.Decode(&raw); err != nil {
-		return Plan{}, fmt.Errorf("plan is not valid JSON of the plan format (session_id, turn, request_id, steps[]): %w", err)
+		return Plan{}, fmt.Errorf("plan is not valid JSON of the plan format (session_id, turn, request_id, requested_by, steps[]): %s", tool.Clip(redact.String(err.Error()), 200))
 	}
 	p := Plan{SessionID: raw.SessionID, RequestID: raw.RequestID, RequestedBy: raw.RequestedBy, Steps: raw.Steps}
-	if raw.Turn != "" {
-		n, err := strconv.Atoi(raw.Turn.String())
-		if err != nil {
-			return Plan{}, &ValidationError{Problems: []tool.FieldError{{Path: "turn", Problem: "must be an integer >= 1, got " + raw.Turn.String()}}}
+	if t := strings.TrimSpace(string(raw.Turn)); t != "" && t != "null" {
+		n, err := strconv.Atoi(t)
+		if !jsonInteger.MatchString(t) || err != nil {
+			return Plan{}, newValidationError([]tool.FieldError{{Path: "turn", Problem: "must be an integer >= 1, got " + tool.Clip(redact.String(t), 40) + " (write a JSON integer: 1, not \"1\", 1.0 or 1e0)"}})
 		}
 		p.Turn = n
 	}
@@ -97,9 +117,30 @@ func (e *ValidationError) Error() string {
 	return fmt.Sprintf("plan refused (%d problem(s)), fix and submit again: %s", len(e.Problems), strings.Join(parts, "; "))
 }
 
-// Validate checks the plan against the tools in c and returns a
-// *ValidationError listing every problem, or nil.
-func (p Plan) Validate(c tool.Catalog) error {
+// newValidationError lists at most maxProblems problems, the last saying how
+// many more there are, so that a refusal stays small enough for a status or
+// a history event.
+func newValidationError(probs []tool.FieldError) *ValidationError {
+	if len(probs) > maxProblems {
+		more := len(probs) - (maxProblems - 1)
+		probs = append(probs[:maxProblems-1:maxProblems-1], tool.FieldError{Path: "plan", Problem: fmt.Sprintf("%d more problem(s) not listed: fix the ones above and submit again", more)})
+	}
+	return &ValidationError{Problems: probs}
+}
+
+// Validate checks the plan against the tools in c under DefaultLimits (see
+// ValidateWith).
+func (p Plan) Validate(c tool.Catalog) error { return p.ValidateWith(c, DefaultLimits()) }
+
+// ValidateWith checks the plan against the tools in c and the limits l, and
+// returns a *ValidationError listing every problem (at most 20), or nil. It
+// is deterministic, for workflows. Besides the tools' schemas (see
+// tool.Schema.CheckWith: types, lengths, control characters, secrets, e-mail
+// addresses, money ceilings) it checks session_id, turn, request_id and
+// requested_by, the number of steps, the plan's encoded size, and that an
+// irreversible write is the last step.
+func (p Plan) ValidateWith(c tool.Catalog, l Limits) error {
+	l = l.WithDefaults()
 	var errs []tool.FieldError
 	add := func(path, format string, args ...any) {
 		errs = append(errs, tool.FieldError{Path: path, Problem: fmt.Sprintf(format, args...)})
@@ -107,14 +148,33 @@ func (p Plan) Validate(c tool.Catalog) error {
 	switch {
 	case p.SessionID == "":
 		add("session_id", "is required")
-	case !sessionPattern.MatchString(p.SessionID):
-		add("session_id", "must be 1 to 128 letters, digits, '.', '_' or '-' (it is part of every operation key), got %q", p.SessionID)
+	case len(p.SessionID) > l.MaxSessionIDLen || !sessionChars.MatchString(p.SessionID):
+		add("session_id", "must be 1 to %d letters, digits, '.', '_' or '-' (it is part of every operation key), got %q", l.MaxSessionIDLen, tool.Clip(redact.String(p.SessionID), 40))
 	}
 	if p.Turn < 1 {
 		add("turn", "must be an integer >= 1, got %d", p.Turn)
 	}
-	if len(p.Steps) == 0 {
+	if p.RequestID != "" {
+		if msg := tool.CheckText(p.RequestID, l.MaxRequestIDLen, false); msg != "" {
+			add("request_id", "%s", msg)
+		}
+	}
+	if p.RequestedBy != "" {
+		if msg := tool.CheckText(p.RequestedBy, l.MaxRequestedByLen, false); msg != "" {
+			add("requested_by", "%s", msg)
+		}
+	}
+	if b, err := json.Marshal(p); err != nil {
+		add("plan", "cannot be encoded as JSON (%s): check every step's args", tool.Clip(redact.String(err.Error()), 120))
+	} else if len(b) > l.MaxPlanBytes {
+		add("plan", "is %d bytes as JSON, the limit is %d bytes (max_plan_bytes): split it into turns", len(b), l.MaxPlanBytes)
+	}
+	switch {
+	case len(p.Steps) == 0:
 		add("steps", "must list at least one tool call")
+	case len(p.Steps) > l.MaxSteps:
+		add("steps", "lists %d tool calls, the limit is %d (max_steps): split the plan into turns; its steps were not checked", len(p.Steps), l.MaxSteps)
+		return newValidationError(errs)
 	}
 	// An irreversible write (one with no compensator) must be the last
 	// step: if anything after it failed, the saga would compensate the
@@ -128,7 +188,7 @@ func (p Plan) Validate(c tool.Catalog) error {
 			prev := p.Steps[lastIrreversible-1].Tool
 			add(fmt.Sprintf("steps[%d].tool", lastIrreversible),
 				"%s cannot be undone: it must be the last step of the plan (step %d, %s, comes after it; if it failed, %s could not be taken back): move it to the end",
-				prev, n, s.Tool, prev)
+				prev, n, tool.PathName(s.Tool), prev)
 			lastIrreversible = 0
 		}
 		if s.Tool == "" {
@@ -137,20 +197,20 @@ func (p Plan) Validate(c tool.Catalog) error {
 		}
 		spec, ok := c.Spec(s.Tool)
 		if !ok {
-			add(path+".tool", "unknown tool %q: use one the worker registers", s.Tool)
+			add(path+".tool", "unknown tool %q: use one the worker registers", tool.Clip(redact.String(s.Tool), 64))
 			continue
 		}
 		if spec.Reversal {
 			add(path+".tool", "%s is a reversal used only by compensation: plans cannot call it", s.Tool)
 			continue
 		}
-		errs = append(errs, spec.Args.Check(path+".args", s.Args)...)
+		errs = append(errs, spec.Args.CheckWith(path+".args", s.Args, l.argLimits(spec))...)
 		if spec.Class.IsWrite() && !spec.Compensable() {
 			lastIrreversible = n
 		}
 	}
 	if len(errs) > 0 {
-		return &ValidationError{Problems: errs}
+		return newValidationError(errs)
 	}
 	return nil
 }

@@ -101,6 +101,12 @@ func (r *Registry) check(t Tool) []string {
 		if f.Name == "" {
 			add("has an argument without a name")
 		}
+		if f.MaxLen < 0 {
+			add("argument %q declares a negative MaxLen: set a positive byte count or 0 for the default", f.Name)
+		}
+	}
+	if s.MaxAmountMinor < 0 {
+		add("declares a negative MaxAmountMinor: set a positive ceiling in minor units or 0 for the default")
 	}
 	if a := s.Approval; a != nil && a.Field != "" {
 		if f, ok := s.Args.Field(a.Field); !ok || (f.Type != Money && f.Type != Integer) {

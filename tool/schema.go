@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/mail"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/agentsaga/agentsaga/redact"
 )
@@ -22,6 +25,20 @@ const (
 	Integer FieldType = "integer"
 	Money   FieldType = "money"
 	Boolean FieldType = "boolean"
+	// Email is one bare e-mail address ("ana@example.com"): no display
+	// name, no angle brackets, no list.
+	Email FieldType = "email"
+)
+
+// Default bounds of argument values (see ArgLimits).
+const (
+	// DefaultMaxStringLen is the longest string argument, in bytes, unless
+	// the field declares MaxLen.
+	DefaultMaxStringLen = 1000
+	// DefaultMaxAmountMinor is the ceiling of a money argument of a tool
+	// that declares no Spec.MaxAmountMinor: 100,000,000 minor units
+	// (1,000,000.00).
+	DefaultMaxAmountMinor = 100_000_000
 )
 
 // Field declares one argument.
@@ -31,6 +48,13 @@ type Field struct {
 	Required bool
 	// Description is one line for people and planners.
 	Description string
+	// Multiline allows line feeds and tabs in a string (an e-mail or
+	// ticket body, a description). Other control characters are refused in
+	// every string.
+	Multiline bool
+	// MaxLen, when positive, is the longest value in bytes of a string
+	// argument, instead of ArgLimits.MaxStringLen.
+	MaxLen int
 }
 
 // Schema declares a tool's arguments. Arguments it does not name are refused.
@@ -57,10 +81,52 @@ type FieldError struct {
 
 func (e FieldError) Error() string { return e.Path + ": " + e.Problem }
 
-// Check validates args against the schema and returns every problem found,
-// each under prefix (such as "steps[2].args"). Numbers are read exactly, so
-// 129.00 is seen as written and refused for a money field.
+// ArgLimits bound argument values. The zero value of a field means its
+// default.
+type ArgLimits struct {
+	// MaxStringLen is the longest string argument in bytes (a field's
+	// MaxLen overrides it). Default DefaultMaxStringLen.
+	MaxStringLen int `json:"max_string_len,omitempty"`
+	// MaxAmountMinor is the ceiling of a money argument (minor units) for
+	// this call; Spec.CheckArgs sets it from the spec. Default
+	// DefaultMaxAmountMinor.
+	MaxAmountMinor int64 `json:"max_amount_minor,omitempty"`
+}
+
+func (l ArgLimits) withDefaults() ArgLimits {
+	if l.MaxStringLen <= 0 {
+		l.MaxStringLen = DefaultMaxStringLen
+	}
+	if l.MaxAmountMinor <= 0 {
+		l.MaxAmountMinor = DefaultMaxAmountMinor
+	}
+	return l
+}
+
+// CheckArgs validates args against the spec's schema with lim, the money
+// ceiling being the spec's MaxAmountMinor when it declares one (else lim's).
+func (s Spec) CheckArgs(prefix string, args json.RawMessage, lim ArgLimits) []FieldError {
+	if s.MaxAmountMinor > 0 {
+		lim.MaxAmountMinor = s.MaxAmountMinor
+	}
+	return s.Args.CheckWith(prefix, args, lim)
+}
+
+// Check validates args against the schema with the default ArgLimits (see
+// CheckWith).
 func (s Schema) Check(prefix string, args json.RawMessage) []FieldError {
+	return s.CheckWith(prefix, args, ArgLimits{})
+}
+
+// CheckWith validates args against the schema and returns every problem
+// found, each under prefix (such as "steps[2].args"). Numbers are read
+// exactly, so 129.00 is seen as written and refused for a money field.
+// Strings are refused when empty, longer than their limit, not UTF-8, holding
+// a control character (line feeds and tabs are allowed in Multiline fields)
+// or holding a secret (a card number, IBAN, API key, bearer token or
+// credential, anywhere in the text). Values are never echoed unmasked.
+func (s Schema) CheckWith(prefix string, args json.RawMessage, lim ArgLimits) []FieldError {
+	lim = lim.withDefaults()
 	obj, err := DecodeObject(args)
 	if err != nil {
 		return []FieldError{{Path: prefix, Problem: err.Error()}}
@@ -75,7 +141,7 @@ func (s Schema) Check(prefix string, args json.RawMessage) []FieldError {
 			}
 			continue
 		}
-		if p := checkValue(f.Type, v); p != "" {
+		if p := checkValue(f, v, lim); p != "" {
 			errs = append(errs, FieldError{path, p})
 		}
 	}
@@ -87,14 +153,100 @@ func (s Schema) Check(prefix string, args json.RawMessage) []FieldError {
 	}
 	sort.Strings(unknown)
 	for _, name := range unknown {
-		errs = append(errs, FieldError{prefix + "." + name, "is not an argument of this tool: remove it"})
+		errs = append(errs, FieldError{prefix + "." + PathName(name), "is not an argument of this tool: remove it"})
 	}
 	return errs
 }
 
-func checkValue(t FieldType, v any) string {
-	switch t {
-	case String:
+// PathName is name as it may appear in a field path: itself when it is made
+// of letters, digits, '_', '-' and '.', else quoted, masked and clipped.
+func PathName(name string) string {
+	plain := name != "" && len(name) <= 64
+	for i := 0; plain && i < len(name); i++ {
+		c := name[i]
+		plain = c == '_' || c == '-' || c == '.' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+	}
+	if plain && !strings.ContainsAny(name, "0123456789") {
+		return name
+	}
+	if plain {
+		if m := redact.String(name); m == name {
+			return name
+		}
+	}
+	return strconv.QuoteToASCII(Clip(redact.String(name), 64))
+}
+
+// Clip returns s cut to at most n bytes (on a rune boundary), with "..."
+// when it was cut.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+// CheckText reports what is wrong with a string argument, or "": not valid
+// UTF-8, longer than limit bytes, holding a control character (line feed and
+// tab allowed when multiline) or a bidirectional override, or holding a
+// secret. It is the string rule of CheckWith, for other free text a plan
+// carries.
+func CheckText(v string, limit int, multiline bool) string {
+	if !utf8.ValidString(v) {
+		return "is not valid UTF-8: send UTF-8 text"
+	}
+	if len(v) > limit {
+		return fmt.Sprintf("is %d bytes long, the limit is %d bytes: shorten it", len(v), limit)
+	}
+	for i, r := range v {
+		if multiline && (r == '\n' || r == '\t') {
+			continue
+		}
+		if unicode.IsControl(r) || isBidiControl(r) {
+			what := "a control character"
+			if multiline {
+				what = "a control character other than line feed and tab"
+			}
+			return fmt.Sprintf("holds %s (%U at byte %d): send plain text", what, r, i)
+		}
+	}
+	if k, ok := redact.Find(v); ok {
+		return "holds " + article(k) + " " + string(k) + ": " + secretAdvice(k)
+	}
+	return ""
+}
+
+// isBidiControl reports the Unicode bidirectional embeddings, overrides and
+// isolates, which make text read differently from how it runs.
+func isBidiControl(r rune) bool {
+	return (r >= 0x202A && r <= 0x202E) || (r >= 0x2066 && r <= 0x2069)
+}
+
+func article(k redact.Kind) string {
+	if k == redact.APIKey || k == redact.IBAN {
+		return "an"
+	}
+	return "a"
+}
+
+// secretAdvice says what to pass instead of a secret of kind k.
+func secretAdvice(k redact.Kind) string {
+	switch k {
+	case redact.Card:
+		return "pass a vault token such as tok_visa; card numbers must never enter a plan"
+	case redact.IBAN:
+		return "pass a reference to the stored bank account (such as a customer or mandate id); account numbers must never enter a plan"
+	default:
+		return "credentials must never enter a plan; configure them on the worker's tools and pass no secret"
+	}
+}
+
+func checkValue(f Field, v any, lim ArgLimits) string {
+	switch f.Type {
+	case String, Email:
 		s, ok := v.(string)
 		if !ok {
 			return fmt.Sprintf("must be a string, got %s", jsonType(v))
@@ -102,8 +254,15 @@ func checkValue(t FieldType, v any) string {
 		if strings.TrimSpace(s) == "" {
 			return "must not be empty"
 		}
-		if LooksLikeCardNumber(s) {
-			return "looks like a card number: pass a token reference from your vault instead, card numbers must never enter a plan"
+		limit := lim.MaxStringLen
+		if f.MaxLen > 0 {
+			limit = f.MaxLen
+		}
+		if p := CheckText(s, limit, f.Multiline && f.Type == String); p != "" {
+			return p
+		}
+		if f.Type == Email {
+			return checkEmail(s)
 		}
 	case Boolean:
 		if _, ok := v.(bool); !ok {
@@ -121,11 +280,30 @@ func checkValue(t FieldType, v any) string {
 		if n <= 0 {
 			return fmt.Sprintf("must be a positive integer of minor units, got %d", n)
 		}
+		if n > lim.MaxAmountMinor {
+			return fmt.Sprintf("is %d minor units, above this tool's ceiling of %d (%s): split the amount or ask an operator to raise the ceiling", n, lim.MaxAmountMinor, major(lim.MaxAmountMinor))
+		}
 	default:
-		return fmt.Sprintf("has undeclared type %q", t)
+		return fmt.Sprintf("has undeclared type %q", f.Type)
 	}
 	return ""
 }
+
+// checkEmail accepts one bare address: what net/mail parses, with no display
+// name, written exactly as the address.
+func checkEmail(s string) string {
+	a, err := mail.ParseAddress(s)
+	switch {
+	case err != nil:
+		return "must be one e-mail address such as ana@example.com: " + Clip(redact.String(err.Error()), 80)
+	case a.Name != "" || a.Address != s:
+		return "must be a bare e-mail address such as ana@example.com, without a display name, brackets or spaces"
+	}
+	return ""
+}
+
+// major writes minor units as a decimal amount with two places: 1000000.00.
+func major(n int64) string { return fmt.Sprintf("%d.%02d", n/100, n%100) }
 
 func exactInt(v any) (int64, string) {
 	n, ok := v.(json.Number)
@@ -134,17 +312,19 @@ func exactInt(v any) (int64, string) {
 	}
 	i, err := strconv.ParseInt(n.String(), 10, 64)
 	if err != nil {
-		return 0, fmt.Sprintf("must be an integer, got %s", n.String())
+		return 0, fmt.Sprintf("must be an integer, got %s", Clip(redact.String(n.String()), 40))
 	}
 	return i, ""
 }
 
+// jsonType names v for a message; a string or number is shown masked and
+// clipped.
 func jsonType(v any) string {
 	switch x := v.(type) {
 	case string:
-		return fmt.Sprintf("the string %q", x)
+		return fmt.Sprintf("the string %q", Clip(redact.String(x), 40))
 	case json.Number:
-		return "the number " + x.String()
+		return "the number " + Clip(redact.String(x.String()), 40)
 	case bool:
 		return "a boolean"
 	case map[string]any:

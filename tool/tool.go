@@ -45,6 +45,11 @@ type Spec struct {
 	ReconcileWindow time.Duration
 	// Approval, when set, makes matching calls wait for an `approve` signal.
 	Approval *Approval
+	// MaxAmountMinor, when positive, is the ceiling of every money argument
+	// of a call (minor units); a plan above it is refused naming the field.
+	// Zero means the plan limits' default (DefaultMaxAmountMinor unless
+	// configured).
+	MaxAmountMinor int64
 	// Guard, when set, limits active effects per business entity across
 	// plans, sessions and agents (enforced by the ledger).
 	Guard *Guard

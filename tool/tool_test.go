@@ -3,6 +3,7 @@ package tool_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,7 +88,7 @@ func TestSchemaRefusesFloatMoney(t *testing.T) {
 		`{"amount_minor": 0}`:        "must be a positive integer",
 		`{}`:                         "is required",
 		`{"amount_minor": 1, "x":1}`: "is not an argument of this tool",
-		`{"amount_minor": 1, "note": "4111 1111 1111 1111"}`: "looks like a card number",
+		`{"amount_minor": 1, "note": "4111 1111 1111 1111"}`: "holds a card number: pass a vault token such as tok_visa",
 	}
 	for in, want := range cases {
 		errs := s.Check("args", json.RawMessage(in))
@@ -103,4 +104,54 @@ func TestApprovalThreshold(t *testing.T) {
 	require.True(t, a.Required(json.RawMessage(`{"amount_minor": 50001}`)))
 	var none *tool.Approval
 	require.False(t, none.Required(nil))
+}
+
+func TestStringArgumentsAreStrict(t *testing.T) {
+	s := tool.Schema{Fields: []tool.Field{
+		{Name: "subject", Type: tool.String},
+		{Name: "body", Type: tool.String, Multiline: true, MaxLen: 50},
+		{Name: "to", Type: tool.Email},
+	}}
+	cases := map[string]string{
+		`{"subject": "card 4111 1111 1111 1111 declined"}`:  "holds a card number: pass a vault token such as tok_visa",
+		`{"body": "refund to DE89 3704 0044 0532 0130 00"}`: "holds an IBAN",
+		`{"subject": "use sk_live_51HxYzABCDEFGHIJKLMNOP"}`: "holds an API key: credentials must never enter a plan",
+		`{"body": "Authorization: Bearer abc.DEF-123"}`:     "holds a bearer token",
+		`{"subject": "api_key=zzzz1234"}`:                   "holds a credential",
+		`{"subject": "a\u0000b"}`:                           "holds a control character (U+0000 at byte 1)",
+		`{"subject": "\u001b[31mred"}`:                      "holds a control character (U+001B at byte 0)",
+		`{"subject": "two\nlines"}`:                         "holds a control character (U+000A",
+		`{"body": "a\rb"}`:                                  "other than line feed and tab (U+000D",
+		`{"subject": "abc\u202edcba"}`:                      "(U+202E",
+		`{"body": "` + strings.Repeat("x", 51) + `"}`:       "is 51 bytes long, the limit is 50 bytes",
+		`{"subject": "` + strings.Repeat("x", 1001) + `"}`:  "is 1001 bytes long, the limit is 1000 bytes",
+		`{"to": "Ana <ana@example.com>"}`:                   "must be a bare e-mail address",
+		`{"to": "ana@example.com, bob@example.com"}`:        "must be one e-mail address",
+		`{"to": "not an address"}`:                          "must be one e-mail address",
+		`{"to": " ana@example.com"}`:                        "must be a bare e-mail address",
+		`{"to": 5}`:                                         "must be a string",
+		`{"subject": "x", "4111111111111111": 1}`:           "is not an argument",
+	}
+	for in, want := range cases {
+		errs := s.Check("args", json.RawMessage(in))
+		require.Len(t, errs, 1, in)
+		require.Contains(t, errs[0].Problem, want, in)
+		require.NotContains(t, errs[0].Error(), "4111111111111111", "a refusal never echoes a secret")
+	}
+	require.Empty(t, s.Check("args", json.RawMessage(`{"subject":"café ✓","body":"line one\n\tline two","to":"ana@example.com"}`)))
+}
+
+func TestMoneyCeiling(t *testing.T) {
+	sp := tool.Spec{Name: "pay", Args: tool.Schema{Fields: []tool.Field{{Name: "amount_minor", Type: tool.Money, Required: true}}}, MaxAmountMinor: 10_000_000}
+	require.Empty(t, sp.CheckArgs("a", json.RawMessage(`{"amount_minor": 10000000}`), tool.ArgLimits{}))
+	errs := sp.CheckArgs("a", json.RawMessage(`{"amount_minor": 9223372036854775807}`), tool.ArgLimits{})
+	require.Len(t, errs, 1)
+	require.Equal(t, "a.amount_minor", errs[0].Path)
+	require.Contains(t, errs[0].Problem, "is 9223372036854775807 minor units, above this tool's ceiling of 10000000 (100000.00)")
+	errs = sp.CheckArgs("a", json.RawMessage(`{"amount_minor": 92233720368547758070}`), tool.ArgLimits{})
+	require.Contains(t, errs[0].Problem, "must be an integer")
+	// Without a spec ceiling the limits' (or the default) applies.
+	sp.MaxAmountMinor = 0
+	require.NotEmpty(t, sp.CheckArgs("a", json.RawMessage(`{"amount_minor": 100000001}`), tool.ArgLimits{}))
+	require.Empty(t, sp.CheckArgs("a", json.RawMessage(`{"amount_minor": 100000001}`), tool.ArgLimits{MaxAmountMinor: 200_000_000}))
 }
