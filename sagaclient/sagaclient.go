@@ -111,6 +111,7 @@ func (c *Client) Start(ctx context.Context, p plan.Plan) (Run, error) {
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		Memo:                     map[string]any{workflows.MemoPlanFingerprint: fp},
+		StaticSummary:            workflows.StaticSummary(p),
 	}
 	runID := ""
 	wr, err := c.c.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, p)

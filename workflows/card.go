@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
@@ -132,6 +133,23 @@ func formatMinor(minor int64, currency string) string {
 		out = "-" + out
 	}
 	return strings.TrimSpace(out + " " + currency)
+}
+
+// StaticSummary is the workflow's summary for the Temporal UI: session, turn,
+// request and the tools it calls; nothing secret.
+func StaticSummary(p plan.Plan) string {
+	tools := make([]string, len(p.Steps))
+	for i, s := range p.Steps {
+		tools[i] = s.Tool
+	}
+	out := fmt.Sprintf("session %s · turn %d", p.SessionID, p.Turn)
+	if p.RequestID != "" {
+		out += " · request " + p.RequestID
+	}
+	if p.RequestedBy != "" {
+		out += " · by " + p.RequestedBy
+	}
+	return redact.String(out + " · " + strings.Join(tools, " → "))
 }
 
 // summary is the one line the Temporal UI shows for a tool call: tool,
