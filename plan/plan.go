@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -91,7 +92,7 @@ func ParseBytes(data []byte, l Limits) (Plan, error) {
 	d.UseNumber()
 	d.DisallowUnknownFields()
 	if err := d.Decode(&raw); err != nil {
-		return Plan{}, fmt.Errorf("plan is not valid JSON of the plan format (session_id, turn, request_id, requested_by, steps[]): %s", tool.Clip(redact.String(err.Error()), 200))
+		return Plan{}, newValidationError([]tool.FieldError{formatProblem(err)})
 	}
 	p := Plan{SessionID: raw.SessionID, RequestID: raw.RequestID, RequestedBy: raw.RequestedBy, Steps: raw.Steps}
 	if t := strings.TrimSpace(string(raw.Turn)); t != "" && t != "null" {
@@ -102,6 +103,34 @@ func ParseBytes(data []byte, l Limits) (Plan, error) {
 		p.Turn = n
 	}
 	return p, nil
+}
+
+// formatProblem names the field of a plan whose JSON does not fit the plan
+// format.
+func formatProblem(err error) tool.FieldError {
+	const format = "the plan format (session_id, turn, request_id, requested_by, steps[] of {tool, args})"
+	var ute *json.UnmarshalTypeError
+	if errors.As(err, &ute) {
+		if ute.Field == "" {
+			return tool.FieldError{Path: "plan", Problem: fmt.Sprintf("must be a JSON object of %s, got a JSON %s", format, ute.Value)}
+		}
+		want := "JSON " + ute.Type.Kind().String()
+		switch ute.Type.Kind() {
+		case reflect.Slice:
+			want = "JSON array"
+		case reflect.Struct, reflect.Map:
+			want = "JSON object"
+		}
+		return tool.FieldError{Path: ute.Field, Problem: fmt.Sprintf("must be a %s, got a JSON %s", want, ute.Value)}
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		if n, err := strconv.Unquote(name); err == nil {
+			name = n
+		}
+		return tool.FieldError{Path: tool.PathName(name), Problem: "is not a field of " + format + ": remove it"}
+	}
+	return tool.FieldError{Path: "plan", Problem: fmt.Sprintf("is not JSON of %s: %s", format, tool.Clip(redact.String(msg), 200))}
 }
 
 // ValidationError lists every problem of a plan, each naming its field.

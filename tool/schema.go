@@ -214,7 +214,7 @@ func CheckText(v string, limit int, multiline bool) string {
 		}
 	}
 	if k, ok := redact.Find(v); ok {
-		return "holds " + article(k) + " " + string(k) + ": " + secretAdvice(k)
+		return "holds " + article(k) + " " + string(k) + "; " + secretAdvice(k)
 	}
 	return ""
 }

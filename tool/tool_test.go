@@ -88,7 +88,7 @@ func TestSchemaRefusesFloatMoney(t *testing.T) {
 		`{"amount_minor": 0}`:        "must be a positive integer",
 		`{}`:                         "is required",
 		`{"amount_minor": 1, "x":1}`: "is not an argument of this tool",
-		`{"amount_minor": 1, "note": "4111 1111 1111 1111"}`: "holds a card number: pass a vault token such as tok_visa",
+		`{"amount_minor": 1, "note": "4111 1111 1111 1111"}`: "holds a card number; pass a vault token such as tok_visa",
 	}
 	for in, want := range cases {
 		errs := s.Check("args", json.RawMessage(in))
@@ -113,9 +113,9 @@ func TestStringArgumentsAreStrict(t *testing.T) {
 		{Name: "to", Type: tool.Email},
 	}}
 	cases := map[string]string{
-		`{"subject": "card 4111 1111 1111 1111 declined"}`:  "holds a card number: pass a vault token such as tok_visa",
+		`{"subject": "card 4111 1111 1111 1111 declined"}`:  "holds a card number; pass a vault token such as tok_visa",
 		`{"body": "refund to DE89 3704 0044 0532 0130 00"}`: "holds an IBAN",
-		`{"subject": "use sk_live_51HxYzABCDEFGHIJKLMNOP"}`: "holds an API key: credentials must never enter a plan",
+		`{"subject": "use sk_live_51HxYzABCDEFGHIJKLMNOP"}`: "holds an API key; credentials must never enter a plan",
 		`{"body": "Authorization: Bearer abc.DEF-123"}`:     "holds a bearer token",
 		`{"subject": "api_key=zzzz1234"}`:                   "holds a credential",
 		`{"subject": "a\u0000b"}`:                           "holds a control character (U+0000 at byte 1)",
