@@ -130,7 +130,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	case ledger.Execute:
 	case ledger.Replay:
 		log.Info("replayed from ledger", "external_id", op.ExternalID)
-		return Output{ExternalID: op.ExternalID, Result: op.Result, Replayed: true, Attempt: info.Attempt}, nil
+		return Output{ExternalID: op.ExternalID, Result: redact.JSON(op.Result), Replayed: true, Attempt: info.Attempt}, nil
 	case ledger.Conflict:
 		return Output{}, final(info.Attempt, ErrConflict, "key %s conflict, the tool was not called: %s", req.Key, claim.Reason)
 	case ledger.InFlight:
@@ -147,7 +147,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 		look, err := a.lookup(ctx, t, req)
 		switch {
 		case err == nil && look.Status == tool.Mismatch:
-			log.Warn("reconcile found an effect made with other arguments", "external_id", look.Result.ExternalID, "differences", look.Differences)
+			log.Warn("reconcile found an effect made with other arguments", "external_id", look.Result.ExternalID, "differences", maskAll(look.Differences))
 			a.completeQuietly(ctx, req, executor, ledger.NeedsHuman, CodeReconcileMismatch)
 			return Output{}, final(info.Attempt, ErrConflict, "key %s: the provider holds effect %s under this key, made with other arguments (%s); it is not this step's effect and was not adopted, nothing was sent: a human must decide", req.Key, look.Result.ExternalID, strings.Join(look.Differences, "; "))
 		case err == nil && look.Status == tool.Found:
@@ -172,14 +172,14 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 		if diff := answerDifferences(t, req.Args, res); len(diff) > 0 {
 			// An upsert by key answered with an effect someone made with
 			// other arguments: it is not this step's effect.
-			log.Warn("provider answered with an effect made with other arguments", "external_id", res.ExternalID, "differences", diff)
+			log.Warn("provider answered with an effect made with other arguments", "external_id", res.ExternalID, "differences", maskAll(diff))
 			a.completeQuietly(ctx, req, executor, ledger.NeedsHuman, CodeEffectMismatch)
 			return Output{}, final(info.Attempt, ErrConflict, "key %s: the provider answered with effect %s, made under this key with other arguments (%s); it is not this step's effect and was not adopted: a human must decide", req.Key, res.ExternalID, strings.Join(diff, "; "))
 		}
 		return a.complete(ctx, req, executor, ledger.Succeeded, res, "", Output{Attempt: info.Attempt})
 	}
 	kind := tool.KindOf(err)
-	log.Info("write failed", "kind", kind, "code", tool.CodeOf(err))
+	log.Info("write failed", "kind", kind, "code", redact.String(tool.CodeOf(err)))
 	a.completeQuietly(ctx, req, executor, ledgerStatus(kind), string(kind)+":"+tool.CodeOf(err))
 	return Output{}, Classify(spec.Class, info.Attempt, err)
 }
@@ -278,7 +278,7 @@ func (a *Activities) complete(ctx context.Context, req Request, executor string,
 		ExternalID: res.ExternalID, Result: result, ErrorCode: code,
 	})
 	if err != nil {
-		a.log().Warn("ledger complete failed; retrying without the result", "key", req.Key, "status", st, "external_id", res.ExternalID, "err", err)
+		a.log().Warn("ledger complete failed; retrying without the result", "key", req.Key, "status", st, "external_id", res.ExternalID, "err", redact.String(err.Error()))
 		var err2 error
 		op, err2 = a.Ledger.Complete(ctx, ledger.Completion{Key: req.Key, Executor: executor, Status: st, ExternalID: res.ExternalID})
 		if err2 != nil {
@@ -291,17 +291,39 @@ func (a *Activities) complete(ctx context.Context, req Request, executor string,
 	if out.ExternalID == "" {
 		out.ExternalID = res.ExternalID
 	}
-	out.Result = op.Result
+	out.Result = redact.JSON(op.Result)
 	if len(out.Result) == 0 {
 		out.Result = result
 	}
 	return out, nil
 }
 
+// maskLookup masks what a lookup carries to the workflow: the provider's
+// answer (redact.JSON) and the differences found (redact.String). The
+// external id stays as the provider wrote it: compensation needs it.
+func maskLookup(look tool.Lookup) tool.Lookup {
+	look.Result.Data = redact.JSON(look.Result.Data)
+	look.Differences = maskAll(look.Differences)
+	return look
+}
+
+// maskAll returns texts passed through redact.String.
+func maskAll(texts []string) []string {
+	if texts == nil {
+		return nil
+	}
+	out := make([]string, len(texts))
+	for i, t := range texts {
+		out[i] = redact.String(t)
+	}
+	return out
+}
+
 func (a *Activities) completeQuietly(ctx context.Context, req Request, executor string, st ledger.Status, code string) {
+	code = redact.String(code)
 	if _, err := a.Ledger.Complete(ctx, ledger.Completion{Key: req.Key, Executor: executor, Status: st, ErrorCode: code}); err != nil {
 		// The lease expires and the next claimer reconciles first.
-		a.log().Warn("ledger complete failed", "key", req.Key, "status", st, "err", err)
+		a.log().Warn("ledger complete failed", "key", req.Key, "status", st, "err", redact.String(err.Error()))
 	}
 }
 
@@ -325,7 +347,7 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 	}
 	switch claim.Verdict {
 	case ledger.Replay:
-		return tool.Lookup{Status: tool.Found, Authoritative: true, Result: tool.Result{ExternalID: claim.Operation.ExternalID, Data: claim.Operation.Result}}, nil
+		return maskLookup(tool.Lookup{Status: tool.Found, Authoritative: true, Result: tool.Result{ExternalID: claim.Operation.ExternalID, Data: claim.Operation.Result}}), nil
 	case ledger.Execute, ledger.ReconcileFirst:
 	case ledger.Final:
 		// A step the ledger calls failed: ask the provider anyway (was it
@@ -342,8 +364,7 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 				a.log().Warn("ledger transition to needs_human failed", "key", req.Key, "err", terr)
 			}
 		}
-		look.Result.Data = redact.JSON(look.Result.Data)
-		return look, nil
+		return maskLookup(look), nil
 	default:
 		// In flight elsewhere, conflicting or held: nothing to settle from
 		// here now.
@@ -365,15 +386,13 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		if _, err := a.complete(ctx, req, executor, st, look.Result, "", Output{Attempt: info.Attempt}); err != nil {
 			return tool.Lookup{}, err
 		}
-		look.Result.Data = redact.JSON(look.Result.Data)
-		return look, nil
+		return maskLookup(look), nil
 	}
 	if code == "" {
 		code = "reconcile_" + string(look.Status)
 	}
 	a.completeQuietly(ctx, req, executor, st, code)
-	look.Result.Data = redact.JSON(look.Result.Data)
-	return look, nil
+	return maskLookup(look), nil
 }
 
 // LookupTool asks the provider what it holds under req.Key, read-only: no
@@ -388,11 +407,10 @@ func (a *Activities) LookupTool(ctx context.Context, req Request) (tool.Lookup, 
 	}
 	look, err := a.lookup(ctx, t, req)
 	if err != nil {
-		a.log().Info("lookup failed", "key", req.Key, "tool", req.Tool, "err", err)
+		a.log().Info("lookup failed", "key", req.Key, "tool", req.Tool, "err", redact.String(err.Error()))
 		return tool.Lookup{Status: tool.Unknown}, nil
 	}
-	look.Result.Data = redact.JSON(look.Result.Data)
-	return look, nil
+	return maskLookup(look), nil
 }
 
 // GuardReport is what the ledger knows about a call's guard scope, for an
@@ -464,7 +482,7 @@ func (a *Activities) GrantPermit(ctx context.Context, p ledger.Permit) error {
 		return refused("grant permit %q: set ID, Key and RequestHash (key %q); the permit was not stored", p.ID, p.Key)
 	}
 	if err := a.Ledger.GrantPermit(ctx, p); err != nil {
-		return fmt.Errorf("grant permit %s for %s in the ledger: %w (retried; check the ledger database)", p.ID, p.Key, err)
+		return MaskedChain(fmt.Errorf("grant permit %s for %s in the ledger: %w (retried; check the ledger database)", p.ID, p.Key, err))
 	}
 	return nil
 }
@@ -476,7 +494,7 @@ func (a *Activities) RecordDecision(ctx context.Context, d ledger.DecisionRecord
 	}
 	id, err := a.Ledger.RecordDecision(ctx, d)
 	if err != nil {
-		return 0, fmt.Errorf("record %s decision on %s in the ledger: %w (retried; check the ledger database)", d.Kind, d.Key, err)
+		return 0, MaskedChain(fmt.Errorf("record %s decision on %s in the ledger: %w (retried; check the ledger database)", d.Kind, d.Key, err))
 	}
 	return id, nil
 }
@@ -523,7 +541,7 @@ func (a *Activities) RecordOutcome(ctx context.Context, r Record) error {
 	case errors.Is(err, ledger.ErrTransition):
 		return refused("record %s as %s: %v (the row is not in %v); nothing changed: look at the row with the ledger tools", r.Key, r.Status, err, r.From)
 	}
-	return fmt.Errorf("record %s as %s in the ledger: %w (retried; check the ledger database)", r.Key, r.Status, err)
+	return MaskedChain(fmt.Errorf("record %s as %s in the ledger: %w (retried; check the ledger database)", r.Key, r.Status, err))
 }
 
 // validStatus reports whether st is a state a record may set.

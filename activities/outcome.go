@@ -3,10 +3,12 @@ package activities
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
@@ -48,6 +50,11 @@ const (
 // connection lost after sending, a bare error) is tool.KindUnknown, and a
 // write's UNKNOWN is never retried blindly. Whether a kind is retried is
 // tool.Retryable's table for the tool's class.
+//
+// Everything that leaves the tool is masked by redact.String: the message,
+// the provider's code in Detail and every message of the cause chain (which
+// Temporal stores in history and the SDK logs), so the status, history and
+// the worker's log show what the ledger shows.
 func Classify(class tool.Class, attempt int32, err error) error {
 	kind := tool.KindOf(err)
 	typ := string(kind)
@@ -63,8 +70,8 @@ func Classify(class tool.Class, attempt int32, err error) error {
 	wait := tool.RetryAfterOf(err)
 	opts := temporal.ApplicationErrorOptions{
 		NonRetryable: !retry,
-		Cause:        err,
-		Details:      []any{Detail{Code: tool.CodeOf(err), Attempt: attempt, RetryAfter: wait}},
+		Cause:        MaskedChain(err),
+		Details:      []any{Detail{Code: redact.String(tool.CodeOf(err)), Attempt: attempt, RetryAfter: wait}},
 	}
 	if retry && wait > 0 {
 		// The provider said when to come back (Retry-After): the next
@@ -72,7 +79,40 @@ func Classify(class tool.Class, attempt int32, err error) error {
 		// bounded by the tool's retry policy.
 		opts.NextRetryDelay = wait
 	}
-	return temporal.NewApplicationErrorWithOptions(err.Error(), typ, opts)
+	return temporal.NewApplicationErrorWithOptions(redact.String(err.Error()), typ, opts)
+}
+
+// MaskedChain returns a copy of err's chain that Temporal can carry without
+// a secret: each error becomes an ApplicationError whose message is that
+// error's text passed through redact.String and whose type is its Go type
+// name (as Temporal would name it), linked to the masked copy of what it
+// wraps. A chain that is already an ApplicationError keeps its type and
+// retry flag. nil gives nil.
+func MaskedChain(err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		msg  = err.Error()
+		typ  = typeName(err)
+		next = errors.Unwrap(err)
+		opts temporal.ApplicationErrorOptions
+	)
+	if ae, ok := err.(*temporal.ApplicationError); ok {
+		msg, typ, opts.NonRetryable = ae.Message(), ae.Type(), ae.NonRetryable()
+	}
+	opts.Cause = MaskedChain(next)
+	return temporal.NewApplicationErrorWithOptions(redact.String(msg), typ, opts)
+}
+
+// typeName names err's type as Temporal's failure converter does: the Go
+// type's name without pointers.
+func typeName(err error) string {
+	t := reflect.TypeOf(err)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Name()
 }
 
 // IsUnknown reports whether a failed tool call of a write has an UNKNOWN
@@ -127,14 +167,17 @@ func DetailOf(err error) Detail {
 	return d
 }
 
+// final is a non-retryable activity error; its message (which may quote a
+// provider or a human) is masked.
 func final(attempt int32, typ, format string, args ...any) error {
-	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), typ, temporal.ApplicationErrorOptions{
+	return temporal.NewApplicationErrorWithOptions(redact.String(fmt.Sprintf(format, args...)), typ, temporal.ApplicationErrorOptions{
 		NonRetryable: true, Details: []any{Detail{Attempt: attempt}},
 	})
 }
 
+// retryable is a retryable activity error with a masked message.
 func retryable(attempt int32, typ, format string, args ...any) error {
-	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), typ, temporal.ApplicationErrorOptions{
+	return temporal.NewApplicationErrorWithOptions(redact.String(fmt.Sprintf(format, args...)), typ, temporal.ApplicationErrorOptions{
 		Details: []any{Detail{Attempt: attempt}},
 	})
 }
@@ -142,5 +185,5 @@ func retryable(attempt int32, typ, format string, args ...any) error {
 // refused is the non-retryable ErrRecordRefused: a bookkeeping write the
 // ledger can never accept, so retrying it would wedge the workflow.
 func refused(format string, args ...any) error {
-	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), ErrRecordRefused, temporal.ApplicationErrorOptions{NonRetryable: true})
+	return temporal.NewApplicationErrorWithOptions(redact.String(fmt.Sprintf(format, args...)), ErrRecordRefused, temporal.ApplicationErrorOptions{NonRetryable: true})
 }

@@ -58,6 +58,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
@@ -118,11 +119,14 @@ type Request struct {
 type StatusError struct {
 	// Status is the HTTP status code.
 	Status int
-	// Code is the provider's machine-readable reason, if it gave one.
+	// Code is the provider's machine-readable reason, if it gave one,
+	// masked by redact.String.
 	Code string
-	// Message is the provider's explanation, if it gave one.
+	// Message is the provider's explanation, if it gave one, masked by
+	// redact.String.
 	Message string
-	// Body is the raw response body (bounded).
+	// Body is the response body (bounded), masked by redact.JSON; nil when
+	// it was not JSON.
 	Body json.RawMessage
 }
 
@@ -162,7 +166,7 @@ func (c *Client) Do(ctx context.Context, req Request, out any) error {
 		// The provider answered 2xx: the effect happened, but we cannot read
 		// what it was. Only a lookup can tell the id.
 		return tool.Fail(tool.KindUnknown, "bad_response",
-			fmt.Errorf("%s %s: provider answered 2xx with a body that is not the expected JSON (%w): reconcile by key to learn the result", req.method(), req.Path, err))
+			fmt.Errorf("%s: provider answered 2xx with a body that is not the expected JSON (%s): reconcile by key to learn the result", redact.String(req.method()+" "+req.Path), redact.String(err.Error())))
 	}
 	return nil
 }
@@ -183,7 +187,7 @@ func (r Request) method() string {
 }
 
 func (c *Client) do(ctx context.Context, req Request) (json.RawMessage, error) {
-	method, what := req.method(), req.method()+" "+req.Path
+	method, what := req.method(), redact.String(req.method()+" "+req.Path)
 	var body []byte
 	if req.Body != nil {
 		var err error
@@ -294,9 +298,12 @@ func RetryAfter(v string, now time.Time) time.Duration {
 	return d
 }
 
-// classify maps a non-2xx answer to a tool error.
+// classify maps a non-2xx answer to a tool error. What the provider wrote
+// (code, message, body) is masked by the redact package before it is kept:
+// providers echo card numbers and tokens in their errors, and these texts go
+// to the status, the history and the logs.
 func classify(what string, status int, raw []byte) error {
-	se := &StatusError{Status: status, Body: json.RawMessage(append([]byte(nil), raw...))}
+	se := &StatusError{Status: status, Body: redact.JSON(raw)}
 	var env struct {
 		Error struct {
 			Code    string `json:"code"`
@@ -304,7 +311,7 @@ func classify(what string, status int, raw []byte) error {
 		} `json:"error"`
 	}
 	if json.Unmarshal(raw, &env) == nil {
-		se.Code, se.Message = env.Error.Code, env.Error.Message
+		se.Code, se.Message = redact.String(env.Error.Code), redact.String(env.Error.Message)
 	} else {
 		se.Body = nil
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -211,5 +212,30 @@ func TestRetryAfterOnThrottleAndOutage(t *testing.T) {
 				t.Fatalf("RetryAfterOf = %s, want %s (err %v)", got, tc.want, err)
 			}
 		})
+	}
+}
+
+// A provider's error that echoes a card number and a token is kept masked:
+// the error text, the code, the message and the body.
+func TestProviderErrorTextIsMasked(t *testing.T) {
+	srv := httptest.NewServer(answer(402, `{"error":{"code":"card_4111111111111111","message":"declined card 4111 1111 1111 1111 for Bearer abc.DEF-123456"},"card":"4111111111111111"}`))
+	defer srv.Close()
+	err := httptool.New(srv.URL, nil).Do(context.Background(), httptool.Request{Path: "/v1/cards/4111111111111111", Body: map[string]any{}}, nil)
+	if tool.KindOf(err) != tool.KindRejected {
+		t.Fatalf("kind %s, want rejected: %v", tool.KindOf(err), err)
+	}
+	var se *httptool.StatusError
+	if !errors.As(err, &se) {
+		t.Fatalf("no StatusError in %v", err)
+	}
+	for what, text := range map[string]string{"error": err.Error(), "code": tool.CodeOf(err), "message": se.Message, "body": string(se.Body)} {
+		for _, secret := range []string{"4111111111111111", "4111 1111 1111 1111", "abc.DEF-123456"} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s leaks %q: %s", what, secret, text)
+			}
+		}
+	}
+	if want := "declined card [redacted card ending 1111] for Bearer [redacted]"; se.Message != want {
+		t.Errorf("message %q, want %q", se.Message, want)
 	}
 }
