@@ -142,6 +142,9 @@ type DecisionRecord struct {
 	ExternalID string          `json:"external_id,omitempty"`
 	Note       string          `json:"note,omitempty"`
 	Refused    string          `json:"refused,omitempty"` // why the decision was not applied
+	// OpenedAt is when the question this decision answers was opened, when
+	// the recorder knows it; Report measures a person's minutes with it.
+	OpenedAt time.Time `json:"opened_at,omitzero"`
 }
 
 // ClaimRequest asks to run one operation.
@@ -207,6 +210,15 @@ type Operation struct {
 	CreatedAt    time.Time       `json:"created_at"`
 	UpdatedAt    time.Time       `json:"updated_at"`
 	CompletedAt  time.Time       `json:"completed_at,omitzero"`
+	// Replays counts the claims answered Replay from the stored success:
+	// duplicates the ledger absorbed without calling anything.
+	Replays int `json:"replays,omitempty"`
+	// UnknownAt is the first time the outcome became unknown (an attempt
+	// recorded unknown, or a claim had to reconcile first); SettledAt the
+	// first time after it that the outcome was known again. A person
+	// settled it when ResolvedAt equals SettledAt.
+	UnknownAt time.Time `json:"unknown_at,omitzero"`
+	SettledAt time.Time `json:"settled_at,omitzero"`
 }
 
 // Completion records what an attempt learned. Only the lease owner may
@@ -275,6 +287,10 @@ type Store interface {
 	// Decisions lists the audit trail of an operation key (and of its
 	// reversal key+":compensate"), oldest first.
 	Decisions(ctx context.Context, key string) ([]DecisionRecord, error)
+	// Report reads the operating figures of the operations created (and
+	// the decisions applied) at or after since, plus the exception queue
+	// and the amounts in uncertainty as they are now. It writes nothing.
+	Report(ctx context.Context, since time.Time) (Report, error)
 	// Close releases the store's connections.
 	Close() error
 }

@@ -171,6 +171,8 @@ func Run(t *testing.T, h Harness) {
 		{"PurgeOnlyFinal", testPurge},
 		{"StatusCheckConstraint", testStatusCheck},
 		{"InvalidRequests", testInvalid},
+		{"Report", testReport},
+		{"AmountIn", testAmountIn},
 	}
 	if os.Getenv(helperEnv) != "" {
 		// A child process of TwoProcesses runs only that test.

@@ -161,7 +161,8 @@ func flag(b bool) int {
 
 const columns = `operation_key, action_type, request_hash, status, attempt_count, version, external_id,
 	result_json, error_code, lease_owner, lease_until, workflow_id, run_id, request_id, guard_scope,
-	hold_reason, resolved_by, resolved_at, resolve_note, created_at, updated_at, completed_at, summary`
+	hold_reason, resolved_by, resolved_at, resolve_note, created_at, updated_at, completed_at, summary,
+	replay_count, unknown_at, settled_at`
 
 // active is the SQL condition of a row that still counts for guards.
 const active = `status NOT IN ('failed_final', 'compensated')`
@@ -173,9 +174,33 @@ const held = `(status = 'needs_human' AND attempt_count = 0 AND hold_reason <> '
 // finalFlag is the "? = 1" parameter that sets completed_at: st is final.
 func finalFlag(st ledger.Status) int { return flag(st.Final()) }
 
+// unknownFlag is the "? = 1" parameter that sets unknown_at (once): st is
+// an unknown outcome.
+func unknownFlag(st ledger.Status) int { return flag(st == ledger.Unknown) }
+
+// settleFlag is the "? = 1" parameter that sets settled_at (once, after
+// unknown_at): st says what happened.
+func settleFlag(st ledger.Status) int {
+	switch st {
+	case ledger.Succeeded, ledger.FailedFinal, ledger.Pending, ledger.Compensating, ledger.Compensated, ledger.CompensationFailed:
+		return 1
+	}
+	return 0
+}
+
+// marks is the SQL that keeps unknown_at and settled_at: two "? = 1" flags,
+// each followed by a {now}.
+const marks = `unknown_at = CASE WHEN ? = 1 AND unknown_at IS NULL THEN {now} ELSE unknown_at END,
+	settled_at = CASE WHEN ? = 1 AND unknown_at IS NOT NULL AND settled_at IS NULL THEN {now} ELSE settled_at END`
+
+// marksArgs are the parameters of marks for a row becoming st.
+func (s *Store) marksArgs(st ledger.Status, now any) []any {
+	return []any{unknownFlag(st), now, settleFlag(st), now}
+}
+
 type queries struct {
 	get, getNow, exists, insert, claim, complete, resolve, exceptions, purge, guard, duplicate, inScope string
-	permit, consume, grant, decision, decisions                                                         string
+	permit, consume, grant, decision, decisions, replayed                                               string
 }
 
 func newQueries(expand func(string) string) queries {
@@ -190,19 +215,24 @@ func newQueries(expand func(string) string) queries {
 			ON CONFLICT (operation_key) DO NOTHING RETURNING ` + columns),
 		// claim is the conditional update: it takes the lease only if the
 		// row is still the version the verdict was decided on.
+		// A claim that must reconcile first marks the outcome unknown.
 		claim: expand(`UPDATE operations SET status = 'in_progress', attempt_count = attempt_count + ?,
 			version = version + 1, lease_owner = ?, lease_until = {now+}, workflow_id = ?, run_id = ?, request_id = ?,
-			updated_at = {now}
+			updated_at = {now}, unknown_at = CASE WHEN ? = 1 AND unknown_at IS NULL THEN {now} ELSE unknown_at END
 			WHERE operation_key = ? AND version = ? RETURNING ` + columns),
+		// replayed counts a claim answered from the stored success.
+		replayed: expand(`UPDATE operations SET replay_count = replay_count + 1 WHERE operation_key = ? AND status = 'succeeded'`),
 		complete: expand(`UPDATE operations SET status = ?,
 			external_id = CASE WHEN ? = '' THEN external_id ELSE ? END,
 			result_json = COALESCE(?, result_json), error_code = ?, lease_owner = '', lease_until = NULL,
-			version = version + 1, updated_at = {now}, completed_at = CASE WHEN ? = 1 THEN {now} ELSE NULL END
+			version = version + 1, updated_at = {now}, completed_at = CASE WHEN ? = 1 THEN {now} ELSE NULL END,
+			` + marks + `
 			WHERE operation_key = ? AND status = 'in_progress' AND lease_owner = ? RETURNING ` + columns),
 		resolve: expand(`UPDATE operations SET status = ?,
 			external_id = CASE WHEN ? = '' THEN external_id ELSE ? END,
 			resolved_by = ?, resolved_at = {now}, resolve_note = ?, lease_owner = '', lease_until = NULL,
-			version = version + 1, updated_at = {now}, completed_at = CASE WHEN ? = 1 THEN {now} ELSE NULL END
+			version = version + 1, updated_at = {now}, completed_at = CASE WHEN ? = 1 THEN {now} ELSE NULL END,
+			` + marks + `
 			WHERE operation_key = ? RETURNING ` + columns),
 		// exceptions: waiting for a human, compensation failed, unknown
 		// for a while, or in progress with a lease that ended a while ago
@@ -239,10 +269,10 @@ func newQueries(expand func(string) string) queries {
 		grant: expand(`INSERT INTO permits (permit_id, operation_key, request_hash, policy, override, granted_by, granted_at)
 			VALUES (?, ?, ?, ?, ?, ?, COALESCE({time}, {now})) ON CONFLICT (permit_id) DO NOTHING`),
 		decision: expand(`INSERT INTO decisions (question_id, operation_key, workflow_id, kind, decided_by, verified,
-			sent_at, applied_at, card, outcome, external_id, note, refused)
-			VALUES (?, ?, ?, ?, ?, ?, {time}, COALESCE({time}, {now}), ?, ?, ?, ?, ?) RETURNING id`),
+			sent_at, applied_at, card, outcome, external_id, note, refused, opened_at)
+			VALUES (?, ?, ?, ?, ?, ?, {time}, COALESCE({time}, {now}), ?, ?, ?, ?, ?, {time}) RETURNING id`),
 		decisions: expand(`SELECT id, question_id, operation_key, workflow_id, kind, decided_by, verified, sent_at,
-			applied_at, card, outcome, external_id, note, refused
+			applied_at, card, outcome, external_id, note, refused, opened_at
 			FROM decisions WHERE operation_key IN (?, ?) ORDER BY id`),
 	}
 }
@@ -492,7 +522,7 @@ func (s *Store) decide(ctx context.Context, req ledger.ClaimRequest, op ledger.O
 			op.Key, op.RequestHash, req.RequestHash)}, true, nil
 	}
 	take := func(v ledger.Verdict, attempts int) (ledger.Claim, bool, error) {
-		got, ok, err := s.take(ctx, s.db, req, version, attempts)
+		got, ok, err := s.take(ctx, s.db, req, version, attempts, v == ledger.ReconcileFirst)
 		if err != nil || !ok {
 			return ledger.Claim{}, false, err
 		}
@@ -500,6 +530,11 @@ func (s *Store) decide(ctx context.Context, req ledger.ClaimRequest, op ledger.O
 	}
 	switch op.Status {
 	case ledger.Succeeded:
+		// Count the duplicate absorbed; the row is otherwise untouched.
+		if _, err := s.db.ExecContext(ctx, s.q.replayed, req.Key); err != nil {
+			return ledger.Claim{}, false, fmt.Errorf("ledger claim %q: count the replay: %w", req.Key, err)
+		}
+		op.Replays++
 		return ledger.Claim{Verdict: ledger.Replay, Operation: op}, true, nil
 	case ledger.Pending:
 		return take(ledger.Execute, 1)
@@ -540,7 +575,7 @@ func (s *Store) takeHeld(ctx context.Context, req ledger.ClaimRequest, op ledger
 	// ran it with this permit), decide again on the new row; otherwise the
 	// update holds the row until the permit is checked and consumed, and is
 	// rolled back if the permit does not cover it.
-	got, ok, err := s.take(ctx, tx, req, version, 1)
+	got, ok, err := s.take(ctx, tx, req, version, 1, false)
 	if err != nil || !ok {
 		return ledger.Claim{}, false, err
 	}
@@ -566,10 +601,11 @@ func (s *Store) takeHeld(ctx context.Context, req ledger.ClaimRequest, op ledger
 
 // take is the conditional update that gives req the lease if the row is
 // still at version.
-func (s *Store) take(ctx context.Context, q queryer, req ledger.ClaimRequest, version int64, attempts int) (ledger.Operation, bool, error) {
+// A claim that must reconcile first (unknown) marks the outcome unknown.
+func (s *Store) take(ctx context.Context, q queryer, req ledger.ClaimRequest, version int64, attempts int, unknown bool) (ledger.Operation, bool, error) {
 	now := s.nowArg()
 	got, _, err := s.scan(stmt(ctx, q, s.claimStmt).QueryRowContext(ctx, attempts, req.Executor, now, micros(req.Lease),
-		req.WorkflowID, req.RunID, req.RequestID, now, req.Key, version))
+		req.WorkflowID, req.RunID, req.RequestID, now, flag(unknown), now, req.Key, version))
 	if errors.Is(err, ledger.ErrNotFound) {
 		return got, false, nil
 	}
@@ -595,8 +631,9 @@ func (s *Store) Complete(ctx context.Context, c ledger.Completion) (ledger.Opera
 	}
 	ext := cleanText(c.ExternalID)
 	now := s.nowArg()
-	op, _, err := s.scan(s.completeStmt.QueryRowContext(ctx, string(c.Status), ext, ext,
-		jsonArg(c.Result), note(c.ErrorCode), now, finalFlag(c.Status), now, c.Key, c.Executor))
+	args := append([]any{string(c.Status), ext, ext, jsonArg(c.Result), note(c.ErrorCode), now, finalFlag(c.Status), now},
+		s.marksArgs(c.Status, now)...)
+	op, _, err := s.scan(s.completeStmt.QueryRowContext(ctx, append(args, c.Key, c.Executor)...))
 	if errors.Is(err, ledger.ErrNotFound) {
 		cur, _, gerr := s.get(ctx, s.db, c.Key)
 		if gerr != nil {
@@ -634,8 +671,9 @@ func (s *Store) Resolve(ctx context.Context, r ledger.Resolution) (ledger.Operat
 	}
 	ext := cleanText(r.ExternalID)
 	now := s.nowArg()
-	op, _, err := s.scan(s.db.QueryRowContext(ctx, s.q.resolve, string(r.Status), ext, ext,
-		cleanText(r.By), now, note(r.Note), now, finalFlag(r.Status), now, r.Key))
+	args := append([]any{string(r.Status), ext, ext, cleanText(r.By), now, note(r.Note), now, finalFlag(r.Status), now},
+		s.marksArgs(r.Status, now)...)
+	op, _, err := s.scan(s.db.QueryRowContext(ctx, s.q.resolve, append(args, r.Key)...))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return op, fmt.Errorf("ledger resolve %q: %w", r.Key, err)
@@ -660,7 +698,9 @@ func (s *Store) Transition(ctx context.Context, t ledger.Transition) (ledger.Ope
 	}
 	ext, code := cleanText(t.ExternalID), note(t.ErrorCode)
 	now := s.nowArg()
-	args := []any{string(t.Status), ext, ext, code, code, jsonArg(t.Result), now, finalFlag(t.Status), now, t.Key}
+	args := append([]any{string(t.Status), ext, ext, code, code, jsonArg(t.Result), now, finalFlag(t.Status), now},
+		s.marksArgs(t.Status, now)...)
+	args = append(args, t.Key)
 	var from string
 	if len(t.From) > 0 {
 		marks := make([]string, len(t.From))
@@ -676,7 +716,8 @@ func (s *Store) Transition(ctx context.Context, t ledger.Transition) (ledger.Ope
 		external_id = CASE WHEN ? = '' THEN external_id ELSE ? END,
 		error_code = CASE WHEN ? = '' THEN error_code ELSE ? END,
 		result_json = COALESCE(?, result_json), lease_owner = '', lease_until = NULL, version = version + 1,
-		updated_at = {now}, completed_at = CASE WHEN ? = 1 THEN {now} ELSE NULL END
+		updated_at = {now}, completed_at = CASE WHEN ? = 1 THEN {now} ELSE NULL END,
+		` + marks + `
 		WHERE operation_key = ?` + from + ` RETURNING ` + columns)
 	op, _, err := s.scan(s.db.QueryRowContext(ctx, q, args...))
 	switch {
@@ -790,11 +831,12 @@ func (s *Store) scan(r scanner, extra ...any) (ledger.Operation, int64, error) {
 		version                                int64
 		result                                 sql.NullString
 		leaseUntil, resolved, created, updated dbTime
-		completed                              dbTime
+		completed, unknownAt, settledAt        dbTime
 	)
 	dest := append([]any{&op.Key, &op.ActionType, &op.RequestHash, &status, &op.AttemptCount, &version, &op.ExternalID,
 		&result, &op.ErrorCode, &op.LeaseOwner, &leaseUntil, &op.WorkflowID, &op.RunID, &op.RequestID, &op.GuardScope,
-		&op.HoldReason, &op.ResolvedBy, &resolved, &op.ResolveNote, &created, &updated, &completed, &op.Summary}, extra...)
+		&op.HoldReason, &op.ResolvedBy, &resolved, &op.ResolveNote, &created, &updated, &completed, &op.Summary,
+		&op.Replays, &unknownAt, &settledAt}, extra...)
 	err := r.Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return op, 0, ledger.ErrNotFound
@@ -806,8 +848,8 @@ func (s *Store) scan(r scanner, extra ...any) (ledger.Operation, int64, error) {
 	if result.Valid {
 		op.Result = []byte(result.String)
 	}
-	op.LeaseUntil, op.ResolvedAt, op.CreatedAt, op.UpdatedAt, op.CompletedAt =
-		leaseUntil.Time, resolved.Time, created.Time, updated.Time, completed.Time
+	op.LeaseUntil, op.ResolvedAt, op.CreatedAt, op.UpdatedAt, op.CompletedAt, op.UnknownAt, op.SettledAt =
+		leaseUntil.Time, resolved.Time, created.Time, updated.Time, completed.Time, unknownAt.Time, settledAt.Time
 	return op, version, nil
 }
 
