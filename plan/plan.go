@@ -96,8 +96,11 @@ func ParseBytes(data []byte, l Limits) (Plan, error) {
 	}
 	p := Plan{SessionID: raw.SessionID, RequestID: raw.RequestID, RequestedBy: raw.RequestedBy, Steps: raw.Steps}
 	if t := strings.TrimSpace(string(raw.Turn)); t != "" && t != "null" {
+		// strconv.Atoi accepts exactly the JSON integers here: a string
+		// keeps its quotes, 1.0 and 1e0 are not integers to it, and the
+		// signs and zeros JSON forbids were refused by strictCheck.
 		n, err := strconv.Atoi(t)
-		if !jsonInteger.MatchString(t) || err != nil {
+		if err != nil {
 			return Plan{}, newValidationError([]tool.FieldError{{Path: "turn", Problem: "must be an integer >= 1, got " + tool.Clip(redact.String(t), 40) + " (write a JSON integer: 1, not \"1\", 1.0 or 1e0)"}})
 		}
 		p.Turn = n

@@ -4,16 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strconv"
 	"unicode/utf8"
 
 	"github.com/agentsaga/agentsaga/tool"
 )
-
-// jsonInteger is a JSON number written as an integer: no fraction, no
-// exponent.
-var jsonInteger = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
 
 // strictCheck refuses what encoding/json would let through silently: more
 // than limit bytes, bytes that are not UTF-8, more than one JSON value,
