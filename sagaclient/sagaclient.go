@@ -480,3 +480,76 @@ func SortEscalations(list []Escalation) {
 		return list[i].WorkflowID < list[j].WorkflowID
 	})
 }
+
+// SessionOptions configure Turn's start of a session workflow.
+type SessionOptions struct {
+	// RequestedBy names the principal behind the session (four eyes).
+	RequestedBy string
+	// KeepFailedTurns keeps the writes of a turn whose step failed.
+	KeepFailedTurns bool
+}
+
+// Turn sends one model turn of an interactive session with Update-with-Start:
+// it starts the session's AgentSession workflow (ID agent-session:{session})
+// if it is not running and sends Update `turn` with Update ID
+// {session}:{turn}. It returns the turn's results, or the open question when
+// a step waits for a person; sending the same turn again returns the first
+// result without a call, and another payload under the same turn is refused.
+func (c *Client) Turn(ctx context.Context, session string, t workflows.TurnRequest, o SessionOptions) (workflows.TurnResult, error) {
+	id := workflows.SessionWorkflowID(session)
+	start := c.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       id,
+		TaskQueue:                c.taskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		StaticSummary:            "agent session " + session,
+	}, workflows.SessionWorkflowName, workflows.SessionStart{SessionID: session, RequestedBy: o.RequestedBy, KeepFailedTurns: o.KeepFailedTurns})
+	h, err := c.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateID: workflows.TurnUpdateID(session, t.Turn), UpdateName: workflows.UpdateTurn,
+			Args: []any{t}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err != nil {
+		return workflows.TurnResult{}, fmt.Errorf("send turn %d of session %s: %w", t.Turn, session, err)
+	}
+	var res workflows.TurnResult
+	if err := h.Get(ctx, &res); err != nil {
+		return res, fmt.Errorf("turn %d of session %s: %w", t.Turn, session, err)
+	}
+	// Temporal answers a repeated Update ID with the first result: check it
+	// is this turn's, and read a waiting turn's current state.
+	fp, err := plan.Plan{SessionID: session, Turn: t.Turn, Steps: t.Steps}.Fingerprint()
+	if err != nil {
+		return res, err
+	}
+	if res.Fingerprint != fp {
+		return res, &ConflictError{WorkflowID: id, Existing: res.Fingerprint, Requested: fp}
+	}
+	if res.State == workflows.TurnWaiting || res.State == workflows.TurnRunning {
+		v, err := c.c.QueryWorkflow(ctx, id, "", workflows.QueryTurn, t.Turn)
+		if err != nil {
+			return res, fmt.Errorf("read turn %d of session %s: %w", t.Turn, session, err)
+		}
+		if err := v.Get(&res); err != nil {
+			return res, fmt.Errorf("decode turn %d of session %s: %w", t.Turn, session, err)
+		}
+	}
+	return res, nil
+}
+
+// EndSession ends a session: outcome "failed" compensates every write it
+// made, "succeeded" keeps them. It returns the session's final status.
+func (c *Client) EndSession(ctx context.Context, session, outcome, by string) (workflows.Status, error) {
+	h, err := c.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.SessionWorkflowID(session), UpdateID: "end", UpdateName: workflows.UpdateEnd,
+		Args: []any{workflows.EndRequest{Outcome: outcome, By: by}}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return workflows.Status{}, fmt.Errorf("end session %s: %w", session, err)
+	}
+	if err := h.Get(ctx, nil); err != nil {
+		return workflows.Status{}, fmt.Errorf("end session %s: %w", session, err)
+	}
+	return c.Wait(ctx, workflows.SessionWorkflowID(session))
+}

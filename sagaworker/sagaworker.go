@@ -61,10 +61,11 @@ func New(c client.Client, o Options) (worker.Worker, error) {
 	return w, nil
 }
 
-// Register registers AgentPlan and every activity it calls under their
+// Register registers AgentPlan, AgentSession and every activity they call under their
 // contract names on r: a worker, or the SDK's test environment.
 func Register(r worker.Registry, saga *workflows.Saga, acts *activities.Activities) {
 	r.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
+	r.RegisterWorkflowWithOptions(saga.AgentSession, workflow.RegisterOptions{Name: workflows.SessionWorkflowName})
 	for name, fn := range map[string]any{
 		activities.ExecuteToolName:    acts.ExecuteTool,
 		activities.ReconcileToolName:  acts.ReconcileTool,

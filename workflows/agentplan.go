@@ -500,26 +500,17 @@ func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 	}
 }
 
-// compensate pops the saga stack: each succeeded compensable step is undone
-// by its reversal, newest first, in a disconnected context so a cancelled
-// plan still compensates. Failed reversals are escalated to a human after
-// every other reversal has run.
+// compensate pops the whole saga stack (see unwind) and sets the plan's
+// final state.
 func (r *run) compensate(dctx workflow.Context) {
 	if len(r.stack) == 0 {
 		r.setState(dctx, SagaFailed)
 		return
 	}
 	r.setState(dctx, SagaCompensating)
-	var failed []int
-	for i := len(r.stack) - 1; i >= 0; i-- {
-		if n := r.stack[i]; !r.compensateStep(dctx, n) {
-			failed = append(failed, n)
-		}
-	}
+	steps := r.stack
 	r.stack = nil
-	for _, n := range failed {
-		r.escalateCompensation(dctx, n)
-	}
+	r.unwind(dctx, steps)
 	for _, s := range r.st.Steps {
 		if s.State == ledger.CompensationFailed {
 			r.setState(dctx, SagaCompensationFailed)
@@ -527,6 +518,21 @@ func (r *run) compensate(dctx workflow.Context) {
 		}
 	}
 	r.setState(dctx, SagaCompensated)
+}
+
+// unwind undoes steps (in push order) newest first, each by its reversal, in
+// a disconnected context so a cancelled plan still compensates. Failed
+// reversals are escalated to a human after every other reversal has run.
+func (r *run) unwind(dctx workflow.Context, steps []int) {
+	var failed []int
+	for i := len(steps) - 1; i >= 0; i-- {
+		if n := steps[i]; !r.compensateStep(dctx, n) {
+			failed = append(failed, n)
+		}
+	}
+	for _, n := range failed {
+		r.escalateCompensation(dctx, n)
+	}
 }
 
 // compensateStep runs step n's reversal with key {key}:compensate through the

@@ -214,7 +214,10 @@ type Compensation struct {
 
 // StepStatus is the state of one step, as the `status` query returns it.
 type StepStatus struct {
-	Step        int             `json:"step"`
+	Step int `json:"step"`
+	// Turn is the session turn the step belongs to (AgentSession only;
+	// its keys use the step's number within that turn).
+	Turn        int             `json:"turn,omitempty"`
 	Key         string          `json:"key"`
 	Tool        string          `json:"tool"`
 	Class       tool.Class      `json:"class"`

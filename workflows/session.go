@@ -1,0 +1,330 @@
+package workflows
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/plan"
+)
+
+// The session contract: an agent that picks one tool at a time sends each
+// model turn as an Update of one long-lived workflow per session.
+const (
+	// SessionWorkflowName is the workflow type of an interactive session.
+	SessionWorkflowName = "AgentSession"
+	// UpdateTurn takes a TurnRequest and returns a TurnResult. Send it with
+	// Update-with-Start and Update ID {session}:{turn}.
+	UpdateTurn = "turn"
+	// UpdateEnd takes an EndRequest and ends the session.
+	UpdateEnd = "end"
+	// QueryTurn takes a turn number and returns its TurnResult now.
+	// Temporal answers a repeated Update ID with the Update's first result
+	// (within one run), so a turn that returned its open question is read
+	// again with this query.
+	QueryTurn = "turn_result"
+)
+
+// SessionWorkflowID returns the workflow ID of a session:
+// agent-session:{session_id}.
+func SessionWorkflowID(session string) string { return "agent-session:" + session }
+
+// TurnUpdateID returns the Update ID of a turn: {session}:{turn}.
+func TurnUpdateID(session string, turn int) string { return fmt.Sprintf("%s:%d", session, turn) }
+
+// SessionStart is the input of AgentSession.
+type SessionStart struct {
+	SessionID   string `json:"session_id"`
+	RequestedBy string `json:"requested_by,omitempty"`
+	// KeepFailedTurns keeps the writes of a turn whose step failed for good
+	// (the agent decides what to do next); by default they are
+	// compensated at once.
+	KeepFailedTurns bool `json:"keep_failed_turns,omitempty"`
+	// TurnsPerRun, when positive, continues the session as new after that
+	// many turns (besides whenever Temporal suggests it).
+	TurnsPerRun int `json:"turns_per_run,omitempty"`
+	// Carry is the state handed over by continue-as-new; clients leave it
+	// empty.
+	Carry *SessionCarry `json:"carry,omitempty"`
+}
+
+// TurnRequest is one model turn: the tool calls it wants made, in order
+// (the same {tool, args} steps as a plan).
+type TurnRequest struct {
+	Turn      int         `json:"turn"`
+	RequestID string      `json:"request_id,omitempty"`
+	Steps     []plan.Step `json:"steps"`
+}
+
+// Turn states.
+const (
+	TurnRunning   = "running"
+	TurnWaiting   = "waiting" // a step waits for a person: see Question
+	TurnSucceeded = "succeeded"
+	TurnFailed    = "failed"
+)
+
+// TurnResult is what the agent gets back for a turn: the steps' results, or
+// the open question when a step waits for a person (send the same turn again
+// later to read the final result).
+type TurnResult struct {
+	Turn        int          `json:"turn"`
+	Fingerprint string       `json:"fingerprint"`
+	State       string       `json:"state"`
+	Steps       []StepStatus `json:"steps"`
+	Question    *Question    `json:"question,omitempty"`
+	Error       string       `json:"error,omitempty"`
+}
+
+// EndRequest ends a session. Outcome "failed" compensates every write the
+// session made (newest first); "succeeded" keeps them.
+type EndRequest struct {
+	Outcome string `json:"outcome"`
+	By      string `json:"by,omitempty"`
+}
+
+// SessionCarry is a session's state across continue-as-new.
+type SessionCarry struct {
+	Status Status              `json:"status"`
+	Args   []json.RawMessage   `json:"args"`
+	Stack  []int               `json:"stack"`
+	Turns  map[int]*turnRecord `json:"turns"`
+	Seq    int                 `json:"seq"`
+}
+
+// turnRecord is what a session remembers of a turn.
+type turnRecord struct {
+	Fingerprint string `json:"fingerprint"`
+	First       int    `json:"first"` // global step numbers first..last
+	Last        int    `json:"last"`
+	State       string `json:"state"`
+	Error       string `json:"error,omitempty"`
+}
+
+// AgentSession runs an interactive session: each model turn arrives as an
+// Update `turn` and runs on the same engine as AgentPlan (keys
+// {session}:{turn}:{step}:{tool}, ledger, classes, reconcile, questions,
+// reversals). The session's succeeded compensable steps stay on its stack
+// until `end` (failed compensates them) or a cancel (compensates them).
+func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, error) {
+	var pin pinned
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return pinned{Specs: s.Specs} }).Get(&pin); err != nil {
+		return Status{}, fmt.Errorf("read the pinned tool specs: %w", err)
+	}
+	if in.SessionID == "" {
+		return Status{}, temporal.NewNonRetryableApplicationError("session_id is required", "InvalidSession", nil)
+	}
+	r := &run{
+		saga: s, specs: pin.Specs, closed: map[string]Decision{}, lastClosed: map[int]Decision{},
+		plan: plan.Plan{SessionID: in.SessionID, RequestedBy: in.RequestedBy},
+		st:   Status{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: in.SessionID},
+	}
+	ss := &session{run: r, in: in, turns: map[int]*turnRecord{}}
+	if c := in.Carry; c != nil {
+		r.st, r.stack, r.seq, ss.turns = c.Status, c.Stack, c.Seq, c.Turns
+		for _, a := range c.Args {
+			r.plan.Steps = append(r.plan.Steps, plan.Step{Args: a})
+		}
+		for i := range r.plan.Steps {
+			r.plan.Steps[i].Tool = r.st.Steps[i].Tool
+		}
+		r.st.Questions, r.q = nil, nil
+	}
+	if err := r.register(ctx); err != nil {
+		return Status{}, err
+	}
+	if err := ss.registerSession(ctx); err != nil {
+		return Status{}, err
+	}
+	if in.Carry == nil {
+		r.setState(ctx, SagaRunning)
+	}
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+
+	_ = workflow.Await(ctx, func() bool {
+		if ss.ended != nil {
+			return true
+		}
+		if ss.active == 0 && workflow.AllHandlersFinished(ctx) {
+			info := workflow.GetInfo(ctx)
+			return info.GetContinueAsNewSuggested() || (in.TurnsPerRun > 0 && ss.started >= in.TurnsPerRun)
+		}
+		return false
+	})
+	// A cancel or `end` lets the running turn finish (its call in flight,
+	// its questions), then settles the stack.
+	_ = workflow.Await(dctx, func() bool { return ss.active == 0 })
+	if ctx.Err() == nil && ss.ended == nil {
+		_ = workflow.Await(dctx, func() bool { return workflow.AllHandlersFinished(dctx) })
+		next := in
+		next.Carry = &SessionCarry{Status: r.st, Stack: r.stack, Turns: ss.turns, Seq: r.seq}
+		for _, st := range r.plan.Steps {
+			next.Carry.Args = append(next.Carry.Args, st.Args)
+		}
+		return Status{}, workflow.NewContinueAsNewError(ctx, SessionWorkflowName, next)
+	}
+	if ctx.Err() != nil || ss.ended.Outcome == string(OutcomeFailed) {
+		if r.st.Error == "" {
+			r.st.Error = "session ended: its writes are compensated"
+		}
+		r.compensate(dctx)
+	} else {
+		r.setState(dctx, SagaSucceeded)
+	}
+	return r.finish(ctx, dctx)
+}
+
+// session is the state of an interactive session on top of the engine.
+type session struct {
+	run     *run
+	in      SessionStart
+	turns   map[int]*turnRecord
+	active  int // the turn running now, 0 if none
+	started int // turns started in this run
+	ended   *EndRequest
+}
+
+func (ss *session) registerSession(ctx workflow.Context) error {
+	err := workflow.SetQueryHandler(ctx, QueryTurn, func(turn int) (TurnResult, error) {
+		rec, ok := ss.turns[turn]
+		if !ok {
+			return TurnResult{}, fmt.Errorf("turn %d was never sent to this session", turn)
+		}
+		return ss.result(turn, rec), nil
+	})
+	if err != nil {
+		return fmt.Errorf("register query %s: %w", QueryTurn, err)
+	}
+	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateTurn,
+		func(ctx workflow.Context, t TurnRequest) (TurnResult, error) { return ss.turn(ctx, t) },
+		workflow.UpdateHandlerOptions{
+			Validator:   func(ctx workflow.Context, t TurnRequest) error { _, err := ss.checkTurn(t); return err },
+			Description: "Run one model turn's tool calls; returns their results or the open question.",
+		})
+	if err != nil {
+		return fmt.Errorf("register update %s: %w", UpdateTurn, err)
+	}
+	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateEnd,
+		func(ctx workflow.Context, e EndRequest) (Status, error) {
+			ss.ended = &e
+			return ss.run.st, nil
+		},
+		workflow.UpdateHandlerOptions{
+			Validator: func(ctx workflow.Context, e EndRequest) error {
+				switch {
+				case e.Outcome != string(OutcomeSucceeded) && e.Outcome != string(OutcomeFailed):
+					return refused("outcome %q is not one of succeeded, failed", e.Outcome)
+				case ss.ended != nil:
+					return refused("the session already ended (%s)", ss.ended.Outcome)
+				}
+				return checkText("by", e.By, MaxByLen, false)
+			},
+			Description: "End the session: failed compensates its writes, succeeded keeps them.",
+		})
+	if err != nil {
+		return fmt.Errorf("register update %s: %w", UpdateEnd, err)
+	}
+	return nil
+}
+
+// checkTurn validates a turn and returns its fingerprint. A turn sent again
+// with the same payload is accepted (it returns the first result); with
+// another payload it is a conflict.
+func (ss *session) checkTurn(t TurnRequest) (string, error) {
+	p := plan.Plan{SessionID: ss.run.plan.SessionID, Turn: t.Turn, RequestID: t.RequestID, RequestedBy: ss.in.RequestedBy, Steps: t.Steps}
+	fp, err := p.Fingerprint()
+	if err != nil {
+		return "", refused("turn %d: %v", t.Turn, err)
+	}
+	if rec, ok := ss.turns[t.Turn]; ok {
+		if rec.Fingerprint != fp {
+			return "", refused("turn %d conflict: it already holds turn %s, refused turn %s; a changed turn needs a new turn number", t.Turn, rec.Fingerprint, fp)
+		}
+		return fp, nil
+	}
+	switch {
+	case ss.ended != nil:
+		return "", refused("the session has ended: start a new session")
+	case ss.active != 0:
+		return "", refused("turn %d is still running (see its open question): send turn %d when it has finished", ss.active, t.Turn)
+	}
+	if err := p.Validate(ss.run.specs); err != nil {
+		return "", refused("%v", err)
+	}
+	return fp, nil
+}
+
+// turn runs (or, for a turn sent again, reads) a turn and returns when it
+// has finished or one of its steps waits for a person.
+func (ss *session) turn(ctx workflow.Context, t TurnRequest) (TurnResult, error) {
+	fp, err := ss.checkTurn(t)
+	if err != nil {
+		return TurnResult{}, err
+	}
+	rec, ok := ss.turns[t.Turn]
+	if !ok {
+		rec = ss.start(ctx, t, fp)
+	}
+	_ = workflow.Await(ctx, func() bool { return rec.State != TurnRunning || ss.waitingIn(rec) })
+	return ss.result(t.Turn, rec), nil
+}
+
+func (ss *session) waitingIn(rec *turnRecord) bool {
+	q := ss.run.q
+	return q != nil && q.Step >= rec.First && q.Step <= rec.Last
+}
+
+func (ss *session) result(turn int, rec *turnRecord) TurnResult {
+	r := ss.run
+	res := TurnResult{Turn: turn, Fingerprint: rec.Fingerprint, State: rec.State, Error: rec.Error}
+	res.Steps = append(res.Steps, r.st.Steps[rec.First-1:rec.Last]...)
+	if ss.waitingIn(rec) {
+		q := r.q.Question
+		res.Question, res.State = &q, TurnWaiting
+	}
+	return res
+}
+
+// start appends the turn's steps to the session and runs them in the
+// background on the plan engine.
+func (ss *session) start(ctx workflow.Context, t TurnRequest, fp string) *turnRecord {
+	r := ss.run
+	p := plan.Plan{SessionID: r.plan.SessionID, Turn: t.Turn, Steps: t.Steps}
+	rec := &turnRecord{Fingerprint: fp, First: len(r.st.Steps) + 1, Last: len(r.st.Steps) + len(t.Steps), State: TurnRunning}
+	for i, s := range t.Steps {
+		sfp, _ := p.StepFingerprint(i + 1)
+		r.plan.Steps = append(r.plan.Steps, s)
+		r.st.Steps = append(r.st.Steps, StepStatus{
+			Step: len(r.st.Steps) + 1, Turn: t.Turn, Key: p.Key(i + 1), Tool: s.Tool, Class: r.specs[s.Tool].Class,
+			Fingerprint: sfp, State: ledger.Pending,
+		})
+	}
+	ss.turns[t.Turn] = rec
+	ss.active, r.plan.Turn, r.plan.RequestID, r.st.Turn = t.Turn, t.Turn, t.RequestID, t.Turn
+	ss.started++
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		defer func() { ss.active = 0 }()
+		pushed := len(r.stack)
+		for n := rec.First; n <= rec.Last; n++ {
+			if r.runStep(ctx, dctx, n) {
+				continue
+			}
+			rec.Error = fmt.Sprintf("step %d (%s) failed: %s", n-rec.First+1, r.step(n).Tool, r.step(n).LastError)
+			r.reconcileFailed(dctx, n)
+			if !ss.in.KeepFailedTurns {
+				mine := append([]int(nil), r.stack[pushed:]...)
+				r.stack = r.stack[:pushed]
+				r.unwind(dctx, mine)
+			}
+			r.setState(dctx, SagaRunning)
+			rec.State = TurnFailed // after its reversals: the agent sees them done
+			return
+		}
+		rec.State = TurnSucceeded
+	})
+	return rec
+}

@@ -1,0 +1,141 @@
+package workflows_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+type turnAnswer struct {
+	rejected error
+	result   workflows.TurnResult
+	err      error
+	done     bool
+}
+
+func sendTurn(env *testsuite.TestWorkflowEnvironment, session string, turn int, steps ...plan.Step) *turnAnswer {
+	return sendTurnAs(env, workflows.TurnUpdateID(session, turn), turn, steps...)
+}
+
+// sendTurnAs sends a turn under an explicit Update ID (Temporal deduplicates
+// Update IDs only within one run: after continue-as-new, a resent turn
+// reaches the workflow's own check).
+func sendTurnAs(env *testsuite.TestWorkflowEnvironment, updateID string, turn int, steps ...plan.Step) *turnAnswer {
+	a := &turnAnswer{}
+	env.UpdateWorkflow(workflows.UpdateTurn, updateID, &testsuite.TestUpdateCallback{
+		OnAccept: func() {},
+		OnReject: func(err error) { a.rejected, a.done = err, true },
+		OnComplete: func(v any, err error) {
+			a.done, a.err = true, err
+			if r, ok := v.(workflows.TurnResult); ok {
+				a.result = r
+			}
+		},
+	}, workflows.TurnRequest{Turn: turn, Steps: steps})
+	return a
+}
+
+func endSession(env *testsuite.TestWorkflowEnvironment, outcome string) {
+	env.UpdateWorkflow(workflows.UpdateEnd, "end", &testsuite.TestUpdateCallback{
+		OnAccept: func() {}, OnReject: func(error) {}, OnComplete: func(any, error) {},
+	}, workflows.EndRequest{Outcome: outcome, By: "agent"})
+}
+
+// A session of five turns with a lost response, an approval and a resent
+// turn ends with one effect per intent; `end failed` reverses the session's
+// writes newest first.
+func TestSessionTurnsRunOnTheEngine(t *testing.T) {
+	h := newHarness(t)
+	h.p.fail("charge", "commit_then_drop")
+	env := h.env()
+	var t1, t1again, t1changed, t2, t3, t4, t5 *turnAnswer
+	var waiting workflows.TurnResult
+	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
+	at(time.Second, func() { t1 = sendTurn(env, "ss1", 1, step("read_order", "o1", 1), step("charge", "o1", 100)) })
+	at(2*time.Second, func() {
+		t1again = sendTurnAs(env, "after-continue-as-new", 1, step("read_order", "o1", 1), step("charge", "o1", 100))
+		t1changed = sendTurnAs(env, "changed", 1, step("read_order", "o1", 1), step("charge", "o1", 999))
+	})
+	at(3*time.Second, func() { t2 = sendTurn(env, "ss1", 2, step("invoice", "o1", 100)) })
+	at(4*time.Second, func() { t3 = sendTurn(env, "ss1", 3, step("refund", "o1", 90000)) })
+	at(5*time.Second, func() {
+		waiting = t3.result
+		q := openQuestion(t, status(t, env))
+		update(env, workflows.UpdateApprove, "a", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "bob", Approved: true})
+	})
+	var t3final workflows.TurnResult
+	at(6*time.Second, func() {
+		v, err := env.QueryWorkflow(workflows.QueryTurn, 3)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&t3final))
+	})
+	at(7*time.Second, func() { t4 = sendTurn(env, "ss1", 4, step("read_order", "o2", 1)) })
+	at(8*time.Second, func() { t5 = sendTurn(env, "ss1", 5, step("charge", "o2", 200)) })
+	at(9*time.Second, func() { endSession(env, "failed") })
+	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss1"})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var st workflows.Status
+	require.NoError(t, env.GetWorkflowResult(&st))
+
+	require.NoError(t, t1.err)
+	require.Equal(t, workflows.TurnSucceeded, t1.result.State)
+	require.Equal(t, "ss1:1:2:charge", t1.result.Steps[1].Key, "keys are {session}:{turn}:{step}:{tool}")
+	require.Equal(t, t1.result.Steps, t1again.result.Steps, "a resent turn returns the first result")
+	require.ErrorContains(t, t1changed.rejected, "conflict")
+	require.Equal(t, workflows.TurnSucceeded, t2.result.State)
+	require.Equal(t, workflows.TurnWaiting, waiting.State, "a turn that waits returns its open question")
+	require.NotNil(t, waiting.Question)
+	require.Equal(t, workflows.QuestionApproval, waiting.Question.Kind)
+	require.Equal(t, workflows.TurnSucceeded, t3final.State, "read again later, the turn returns its final result")
+	require.Equal(t, waiting.Fingerprint, t3final.Fingerprint)
+	require.Equal(t, workflows.TurnSucceeded, t4.result.State)
+	require.Equal(t, workflows.TurnSucceeded, t5.result.State)
+
+	require.Len(t, h.p.callsOf("charge"), 2, "turn 1's charge once (lost response reconciled), turn 5's once")
+	require.Equal(t, 2, h.p.count("charge"))
+	require.Equal(t, 1, h.p.count("refund"))
+	require.Equal(t, workflows.SagaCompensated, st.State)
+	// Reversed newest first: turn 5's charge, turn 3's refund, turn 2's
+	// invoice, turn 1's charge.
+	var order []string
+	for _, c := range h.p.calls {
+		if len(c) > 8 && (c[:8] == "charge_r" || c[:8] == "invoice_") {
+			order = append(order, c)
+		}
+	}
+	require.Equal(t, []string{
+		"charge_reverse ss1:5:1:charge:compensate", "charge_reverse ss1:3:1:refund:compensate",
+		"invoice_storno ss1:2:1:invoice:compensate", "charge_reverse ss1:1:2:charge:compensate",
+	}, order)
+}
+
+// A turn whose step fails for good reports the failure to the agent and
+// compensates the turn's own writes; earlier turns' writes stay.
+func TestSessionFailedTurnCompensatesItsOwnWrites(t *testing.T) {
+	h := newHarness(t)
+	h.p.fail("ship", "reject")
+	env := h.env()
+	var t1, t2 *turnAnswer
+	env.RegisterDelayedCallback(func() { t1 = sendTurn(env, "ss2", 1, step("charge", "o1", 100)) }, time.Second)
+	env.RegisterDelayedCallback(func() { t2 = sendTurn(env, "ss2", 2, step("invoice", "o1", 100), step("ship", "o1", 100)) }, 2*time.Second)
+	env.RegisterDelayedCallback(func() { endSession(env, "succeeded") }, 3*time.Second)
+	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss2"})
+	require.NoError(t, env.GetWorkflowError())
+	var st workflows.Status
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, workflows.TurnSucceeded, t1.result.State)
+	require.Equal(t, workflows.TurnFailed, t2.result.State)
+	require.Contains(t, t2.result.Error, "step 2 (ship) failed")
+	require.Equal(t, ledger.Compensated, t2.result.Steps[0].State, "the failed turn's invoice was reversed")
+	require.Equal(t, workflows.SagaSucceeded, st.State)
+	require.Equal(t, ledger.Succeeded, st.Steps[0].State, "turn 1's charge is kept")
+	require.Empty(t, h.p.callsOf("charge_reverse"))
+	require.Equal(t, 1, h.p.count("invoice_storno"))
+}
