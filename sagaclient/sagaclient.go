@@ -487,6 +487,9 @@ type SessionOptions struct {
 	RequestedBy string
 	// KeepFailedTurns keeps the writes of a turn whose step failed.
 	KeepFailedTurns bool
+	// TurnsPerRun continues the session as new after that many turns
+	// (besides whenever Temporal suggests it); zero means only then.
+	TurnsPerRun int
 }
 
 // Turn sends one model turn of an interactive session with Update-with-Start:
@@ -501,8 +504,10 @@ func (c *Client) Turn(ctx context.Context, session string, t workflows.TurnReque
 		ID:                       id,
 		TaskQueue:                c.taskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		StaticSummary:            "agent session " + session,
-	}, workflows.SessionWorkflowName, workflows.SessionStart{SessionID: session, RequestedBy: o.RequestedBy, KeepFailedTurns: o.KeepFailedTurns})
+		// An ended session is not started again under its ID.
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		StaticSummary:         "agent session " + session,
+	}, workflows.SessionWorkflowName, workflows.SessionStart{SessionID: session, RequestedBy: o.RequestedBy, KeepFailedTurns: o.KeepFailedTurns, TurnsPerRun: o.TurnsPerRun})
 	h, err := c.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{

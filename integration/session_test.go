@@ -1,0 +1,67 @@
+package integration
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/sagaclient"
+	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// A session on the real server: turns by Update-with-Start, a lost response
+// reconciled, a turn resent after the session continued as new answered
+// from the session without a call, and `end failed` reversing its writes,
+// all counted at the providers.
+func TestSessionAcrossContinueAsNew(t *testing.T) {
+	st := sharedStack(t)
+	sb := sandbox.NewClient(st.SandboxURL, nil)
+	ctx := testContext(t, 2*time.Minute)
+	const session = "it-session-1"
+	opts := sagaclient.SessionOptions{TurnsPerRun: 2}
+	pay := step(t, "create_payment", map[string]any{"customer_id": "cus_ana", "order_id": "ord_it_session", "amount_minor": 1200, "currency": "EUR", "payment_method": "tok_visa"})
+	invoice := step(t, "create_invoice", map[string]any{"customer_id": "cus_ana", "order_id": "ord_it_session", "amount_minor": 1200, "currency": "EUR", "description": "session test"})
+	read := step(t, "query_order", map[string]any{"order_id": "ord_1001"})
+	turn := func(n int, steps ...plan.Step) workflows.TurnResult {
+		res, err := st.Plans.Turn(ctx, session, workflows.TurnRequest{Turn: n, RequestID: "it-session", Steps: steps}, opts)
+		require.NoError(t, err)
+		return res
+	}
+	require.NoError(t, sb.Fault(ctx, sandbox.FaultSpec{Op: "payments.create", Fault: sandbox.CommitThenDrop, Count: 1}))
+	callsBefore := allCalls(ctx, t, sb)
+
+	t1 := turn(1, read, pay)
+	require.Equal(t, workflows.TurnSucceeded, t1.State, "%+v", t1)
+	require.Equal(t, session+":1:2:create_payment", t1.Steps[1].Key)
+	t2 := turn(2, invoice)
+	require.Equal(t, workflows.TurnSucceeded, t2.State)
+	t3 := turn(3, read) // the session continued as new after two turns
+	require.Equal(t, workflows.TurnSucceeded, t3.State)
+	d, err := st.Client.DescribeWorkflowExecution(ctx, workflows.SessionWorkflowID(session), "")
+	require.NoError(t, err)
+	require.NotEqual(t, d.GetWorkflowExecutionInfo().GetFirstRunId(), d.GetWorkflowExecutionInfo().GetExecution().GetRunId(), "the session continued as new")
+
+	again := turn(1, read, pay)
+	require.Equal(t, t1.Steps[1].ExternalID, again.Steps[1].ExternalID, "turn 1 resent after continue-as-new returns its first result")
+	_, err = st.Plans.Turn(ctx, session, workflows.TurnRequest{Turn: 2, Steps: []plan.Step{read}}, opts)
+	require.ErrorContains(t, err, "conflict", "another payload under turn 2 is refused")
+
+	delta := callsDelta(callsBefore, allCalls(ctx, t, sb))
+	require.Equal(t, 1, delta["payments.create"], "one payment request: the lost response was reconciled, the resend called nothing; calls %v", delta)
+	require.Equal(t, 1, delta["invoices.create"])
+	require.Len(t, effectsUnder(ctx, t, sb, t1.Steps[1].Key), 1)
+
+	final, err := st.Plans.EndSession(ctx, session, "failed", "agent")
+	require.NoError(t, err)
+	require.Equal(t, workflows.SagaCompensated, final.State, "error: %s", final.Error)
+	reversed := 0
+	for _, e := range allEffects(ctx, t, sb) {
+		if e.Reverses == t1.Steps[1].ExternalID || e.Reverses == t2.Steps[0].ExternalID {
+			reversed++
+		}
+	}
+	require.Equal(t, 2, reversed, "end failed reversed the payment and the invoice")
+}
