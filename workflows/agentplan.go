@@ -32,6 +32,10 @@ type Saga struct {
 	// Operators checks who decides. Nil accepts a typed name and records
 	// it as unverified (the dev stack).
 	Operators Verifier
+	// Limits bound what a plan may carry (zero fields: plan.DefaultLimits).
+	// The workflow enforces them for plans started by any client; a plan
+	// records the verdict in its history.
+	Limits plan.Limits
 }
 
 // Verifier checks that a decision was signed by the operator it names and
@@ -95,12 +99,13 @@ var (
 // pinned is what a plan records in its history when it starts: the specs of
 // its tools (and their reversals) and the verdict of validation against them.
 type pinned struct {
-	Specs   tool.Specs `json:"specs"`
-	Invalid string     `json:"invalid,omitempty"`
+	Specs   tool.Specs  `json:"specs"`
+	Limits  plan.Limits `json:"limits"`
+	Invalid string      `json:"invalid,omitempty"`
 }
 
 func (s *Saga) pin(p plan.Plan) pinned {
-	if err := p.Validate(s.Specs); err != nil {
+	if err := p.ValidateWith(s.Specs, s.Limits.WithDefaults()); err != nil {
 		return pinned{Invalid: err.Error()}
 	}
 	out := tool.Specs{}

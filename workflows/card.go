@@ -63,7 +63,7 @@ func objectOf(spec tool.Spec, args json.RawMessage) string {
 		fields = spec.Guard.Fields
 	} else {
 		for _, f := range spec.Args.Fields {
-			if f.Type == tool.String && f.Required {
+			if (f.Type == tool.String || f.Type == tool.Email) && f.Required {
 				fields = []string{f.Name}
 				break
 			}

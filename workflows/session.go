@@ -111,7 +111,7 @@ type turnRecord struct {
 // until `end` (failed compensates them) or a cancel (compensates them).
 func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, error) {
 	var pin pinned
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return pinned{Specs: s.Specs} }).Get(&pin); err != nil {
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return pinned{Specs: s.Specs, Limits: s.Limits.WithDefaults()} }).Get(&pin); err != nil {
 		return Status{}, fmt.Errorf("read the pinned tool specs: %w", err)
 	}
 	if in.SessionID == "" {
@@ -122,7 +122,7 @@ func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, erro
 		plan: plan.Plan{SessionID: in.SessionID, RequestedBy: in.RequestedBy},
 		st:   Status{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: in.SessionID},
 	}
-	ss := &session{run: r, in: in, turns: map[int]*turnRecord{}}
+	ss := &session{run: r, in: in, turns: map[int]*turnRecord{}, limits: pin.Limits.WithDefaults()}
 	if c := in.Carry; c != nil {
 		r.st, r.stack, r.seq, ss.turns = c.Status, c.Stack, c.Seq, c.Turns
 		for _, a := range c.Args {
@@ -185,6 +185,7 @@ type session struct {
 	active  int // the turn running now, 0 if none
 	started int // turns started in this run
 	ended   *EndRequest
+	limits  plan.Limits // pinned at the session's start
 }
 
 func (ss *session) registerSession(ctx workflow.Context) error {
@@ -251,7 +252,7 @@ func (ss *session) checkTurn(t TurnRequest) (string, error) {
 	case ss.active != 0:
 		return "", refused("turn %d is still running (see its open question): send turn %d when it has finished", ss.active, t.Turn)
 	}
-	if err := p.Validate(ss.run.specs); err != nil {
+	if err := p.ValidateWith(ss.run.specs, ss.limits); err != nil {
 		return "", refused("%v", err)
 	}
 	return fp, nil
