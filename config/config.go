@@ -6,14 +6,19 @@ package config
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 
 	"go.temporal.io/sdk/client"
+
+	"github.com/agentsaga/agentsaga/codec"
 )
 
 // Environment variable names. TEMPORAL_* follow the Temporal SDK's
@@ -33,12 +38,25 @@ const (
 	EnvDataDir    = "AGENTSAGA_DATA_DIR"
 	// EnvOperators names the operators file (see package operators).
 	EnvOperators = "AGENTSAGA_OPERATORS"
+	// EnvCodecKeysFile names the payload codec's keyring file.
+	EnvCodecKeysFile = codec.EnvKeysFile
+	// EnvCodecKeys holds the payload codec's keyring inline (a secret).
+	EnvCodecKeys = codec.EnvKeys
+	// EnvSandboxToken is the sandbox admin API's token (a secret).
+	EnvSandboxToken = "AGENTSAGA_SANDBOX_TOKEN"
 )
 
 // EnvNames lists every environment variable the worker reads.
 func EnvNames() []string {
 	return []string{EnvAddress, EnvNamespace, EnvAPIKey, EnvTLS, EnvTLSCert, EnvTLSKey, EnvTLSCA, EnvTLSServer,
-		EnvTaskQueue, EnvLedger, EnvSandboxURL, EnvDataDir, EnvOperators}
+		EnvTaskQueue, EnvLedger, EnvSandboxURL, EnvDataDir, EnvOperators, EnvCodecKeysFile, EnvCodecKeys}
+}
+
+// SecretEnvNames lists the environment variables that hold secrets (or may:
+// a DSN with a password). No flag takes its default from them, and nothing
+// prints their values.
+func SecretEnvNames() []string {
+	return []string{EnvAPIKey, EnvLedger, EnvCodecKeys, EnvSandboxToken}
 }
 
 // Defaults.
@@ -49,25 +67,41 @@ const (
 	DefaultUIPort    = 8233
 )
 
-// Temporal is how to reach a Temporal cluster.
+// Temporal is how to reach a Temporal cluster, and how to encrypt what is
+// sent there.
 type Temporal struct {
 	Address   string
 	Namespace string
 	TaskQueue string
+	// APIKey is --api-key; empty means $TEMPORAL_API_KEY, read when the
+	// client options are built (see APIKeyValue), never a flag default.
 	APIKey    string
 	TLS       bool
 	TLSCert   string
 	TLSKey    string
 	TLSCA     string
 	TLSServer string
+	// CodecKeys is the payload codec's keyring file (--codec-keys). Empty
+	// means $AGENTSAGA_CODEC_KEYS_FILE, else $AGENTSAGA_CODEC_KEYS, else,
+	// when Address is a loopback address, the keyring `worker --dev` keeps
+	// at <DataDir>/codec-keys.json, else no codec (see Keyring).
+	CodecKeys string
+	// DataDir is where a dev stack's keyring is looked for; empty means
+	// DefaultDataDir().
+	DataDir string
 }
 
-// Register adds the Temporal flags to fs, defaulted from the environment.
+// Register adds the Temporal flags to fs: --address, --namespace,
+// --task-queue, --api-key, --tls*, --codec-keys. Secrets have empty
+// defaults and are read from the environment when used, so --help and flag
+// errors never print them.
 func (t *Temporal) Register(fs *flag.FlagSet) {
 	fs.StringVar(&t.Address, "address", env(EnvAddress, DefaultAddress), "Temporal frontend host:port (env "+EnvAddress+")")
 	fs.StringVar(&t.Namespace, "namespace", env(EnvNamespace, DefaultNamespace), "Temporal namespace (env "+EnvNamespace+")")
 	fs.StringVar(&t.TaskQueue, "task-queue", env(EnvTaskQueue, DefaultTaskQueue), "task queue of AgentPlan (env "+EnvTaskQueue+")")
-	fs.StringVar(&t.APIKey, "api-key", os.Getenv(EnvAPIKey), "Temporal Cloud API key; implies TLS (env "+EnvAPIKey+")")
+	fs.StringVar(&t.APIKey, "api-key", "", "Temporal Cloud API key; implies TLS (default env "+EnvAPIKey+", never printed)")
+	fs.StringVar(&t.CodecKeys, "codec-keys", "", "payload encryption keyring file: JSON {\"current\":ID,\"keys\":{ID:BASE64}} or lines ID:BASE64 (default env "+
+		EnvCodecKeysFile+", else the keys inline in env "+EnvCodecKeys+", else for a loopback --address the one worker --dev keeps at <data-dir>/"+codec.KeysFileName+")")
 	tlsDefault, _ := strconv.ParseBool(os.Getenv(EnvTLS))
 	fs.BoolVar(&t.TLS, "tls", tlsDefault, "connect with TLS (env "+EnvTLS+")")
 	fs.StringVar(&t.TLSCert, "tls-cert", os.Getenv(EnvTLSCert), "mTLS client certificate file (env "+EnvTLSCert+")")
@@ -76,11 +110,92 @@ func (t *Temporal) Register(fs *flag.FlagSet) {
 	fs.StringVar(&t.TLSServer, "tls-server-name", os.Getenv(EnvTLSServer), "TLS server name override (env "+EnvTLSServer+")")
 }
 
-// ClientOptions returns SDK client options for t. The API key is passed as
-// credentials, never logged.
+// APIKeyValue returns --api-key, else $TEMPORAL_API_KEY.
+func (t Temporal) APIKeyValue() string {
+	if t.APIKey != "" {
+		return t.APIKey
+	}
+	return os.Getenv(EnvAPIKey)
+}
+
+// APIKeyState says whether an API key is set and where from, for banners:
+// "set (--api-key)", "set (env TEMPORAL_API_KEY)" or "unset".
+func (t Temporal) APIKeyState() string { return SecretState(t.APIKey, "--api-key", EnvAPIKey) }
+
+// Keyring finds the payload codec's keyring (see CodecKeys) and says where
+// it came from, for banners. A nil keyring with a nil error means no codec
+// is configured: payloads are sent in plain and encrypted ones cannot be
+// read (the error then says how to configure keys).
+func (t Temporal) Keyring() (*codec.Keyring, string, error) {
+	file := t.CodecKeys
+	from := "--codec-keys " + file
+	if file == "" {
+		file, from = os.Getenv(EnvCodecKeysFile), "env "+EnvCodecKeysFile
+	}
+	if file != "" {
+		k, err := codec.KeyringFile(file)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", from, err)
+		}
+		return k, file, nil
+	}
+	if k, err := codec.KeyringFromEnv(); err != nil || k != nil {
+		return k, "env " + EnvCodecKeys, err
+	}
+	if !isLoopback(t.Address) {
+		return nil, "off", nil
+	}
+	dir := t.DataDir
+	if dir == "" {
+		dir = DefaultDataDir()
+	}
+	path := filepath.Join(dir, codec.KeysFileName)
+	k, err := codec.KeyringFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, "off", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("the dev stack's keyring: %w; give --codec-keys", err)
+	}
+	return k, path, nil
+}
+
+// isLoopback reports whether hostPort names this machine's loopback
+// interface, where `worker --dev` listens.
+func isLoopback(hostPort string) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		host = hostPort
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Codec returns the payload codec of t's keyring (a codec without keyring
+// when none is configured; see Keyring) and where the keys came from.
+func (t Temporal) Codec() (*codec.Codec, string, error) {
+	k, from, err := t.Keyring()
+	if err != nil {
+		return nil, "", err
+	}
+	return codec.New(k), from, nil
+}
+
+// ClientOptions returns SDK client options for t: address, namespace, TLS,
+// the API key as credentials (never logged), and the payload codec's data
+// and failure converters (see Keyring).
 func (t Temporal) ClientOptions() (client.Options, error) {
 	opts := client.Options{HostPort: t.Address, Namespace: t.Namespace}
-	useTLS := t.TLS || t.APIKey != "" || t.TLSCert != "" || t.TLSCA != ""
+	ring, _, err := t.Keyring()
+	if err != nil {
+		return opts, err
+	}
+	codec.ClientOptions(&opts, ring)
+	apiKey := t.APIKeyValue()
+	useTLS := t.TLS || apiKey != "" || t.TLSCert != "" || t.TLSCA != ""
 	if useTLS {
 		tc := &tls.Config{ServerName: t.TLSServer, MinVersion: tls.VersionTLS12}
 		if (t.TLSCert == "") != (t.TLSKey == "") {
@@ -106,8 +221,8 @@ func (t Temporal) ClientOptions() (client.Options, error) {
 		}
 		opts.ConnectionOptions.TLS = tc
 	}
-	if t.APIKey != "" {
-		opts.Credentials = client.NewAPIKeyStaticCredentials(t.APIKey)
+	if apiKey != "" {
+		opts.Credentials = client.NewAPIKeyStaticCredentials(apiKey)
 	}
 	return opts, nil
 }
@@ -127,6 +242,34 @@ func DefaultDataDir() string {
 // DefaultLedger is the ledger DSN under a data directory.
 func DefaultLedger(dataDir string) string {
 	return "sqlite:" + filepath.Join(dataDir, "ledger.db")
+}
+
+// RegisterLedger adds --ledger to fs with an empty default: a DSN may hold a
+// password, so it is read from $AGENTSAGA_LEDGER when used (LedgerDSN), not
+// shown by --help. what completes the usage line.
+func RegisterLedger(fs *flag.FlagSet, dst *string, what string) {
+	fs.StringVar(dst, "ledger", "", "ledger DSN: sqlite:PATH or postgres://... (default env "+EnvLedger+"; "+what+")")
+}
+
+// LedgerDSN returns the --ledger value, else $AGENTSAGA_LEDGER ("" when
+// neither is set). Print it with SafeDSN.
+func LedgerDSN(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	return os.Getenv(EnvLedger)
+}
+
+// SecretState says whether a secret is set and where from, never its
+// value: "set (FLAG)", "set (env NAME)" or "unset".
+func SecretState(flagValue, flagName, envName string) string {
+	switch {
+	case flagValue != "":
+		return "set (" + flagName + ")"
+	case os.Getenv(envName) != "":
+		return "set (env " + envName + ")"
+	}
+	return "unset"
 }
 
 func env(name, def string) string {
