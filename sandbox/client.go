@@ -8,24 +8,43 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 )
 
 // Client is the Go client of a sandbox's admin API, for the CLI, the demo
 // and tests.
 type Client struct {
-	base string
-	hc   *http.Client
+	base  string
+	hc    *http.Client
+	token string
 }
 
 // NewClient returns a client of the sandbox served at baseURL (its root,
-// such as http://127.0.0.1:40123). hc nil means http.DefaultClient.
+// such as http://127.0.0.1:40123). hc nil means http.DefaultClient. It
+// sends the admin token of the sandbox at baseURL when that sandbox runs in
+// this process, else $AGENTSAGA_SANDBOX_TOKEN; WithToken sets another.
 func NewClient(baseURL string, hc *http.Client) *Client {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}
+	base := strings.TrimRight(baseURL, "/")
+	tok := tokenFor(base)
+	if tok == "" {
+		tok = os.Getenv(EnvToken)
+	}
+	return &Client{base: base, hc: hc, token: tok}
 }
+
+// WithToken returns a copy of c that sends token to the admin API.
+func (c *Client) WithToken(token string) *Client {
+	cp := *c
+	cp.token = token
+	return &cp
+}
+
+// String names the sandbox; the token is never shown.
+func (c *Client) String() string { return "sandbox.Client(" + c.base + ", token masked)" }
 
 // Effects returns every committed row of provider ("" for all providers),
 // reversals included, oldest first.
@@ -103,8 +122,11 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	if err != nil {
 		return fmt.Errorf("sandbox admin %s %s: %w", method, path, err)
 	}
-	if in != nil {
+	if in != nil || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set(TokenHeader, c.token)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

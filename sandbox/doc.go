@@ -62,4 +62,11 @@
 // A fault is {"op":"refunds.create","fault":"commit_then_drop","count":1}; see
 // FaultSpec for every field and FaultKind for what each fault does. Client is
 // the Go client of this API.
+//
+// Every admin request needs the sandbox's token (Options.Token, or a random
+// one; Sandbox.Token) in X-Admin-Token or Authorization: Bearer, and POST and
+// PUT need Content-Type: application/json. A request that carries an Origin
+// header other than the sandbox's own (a web page of another site) is
+// refused with 403 on every route, providers included, so a page the
+// operator visits can neither inject faults nor make payments.
 package sandbox

@@ -54,6 +54,9 @@ type Options struct {
 	// use it to hold a request in flight; it must return for the request to
 	// go on.
 	Hook func(ctx context.Context, op string)
+	// Token is the admin API's token; empty generates a random one (see
+	// Sandbox.Token). The providers' own APIs need none.
+	Token string
 }
 
 // IndexLag delays the CRM search index: a new ticket is not found by search
@@ -154,6 +157,7 @@ type Sandbox struct {
 	closing   chan struct{}
 	closeOnce sync.Once
 	served    chan error
+	token     string
 }
 
 // Start opens the providers' stores, seeds the orders and serves every
@@ -162,6 +166,14 @@ func Start(ctx context.Context, opts Options) (*Sandbox, error) {
 	s := &Sandbox{opts: opts, log: opts.Logger, faults: newFaults(), closing: make(chan struct{}), served: make(chan error, 1)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.token = opts.Token
+	if s.token == "" {
+		tok, err := NewToken()
+		if err != nil {
+			return nil, err
+		}
+		s.token = tok
 	}
 	if opts.Dir != "" {
 		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
@@ -208,7 +220,8 @@ func Start(ctx context.Context, opts Options) (*Sandbox, error) {
 		p.routes(mux, "/"+p.name())
 	}
 	s.adminRoutes(mux)
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	registerToken(s.base, s.token)
+	s.srv = &http.Server{Handler: s.guard(mux), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	go func() { s.served <- s.srv.Serve(s.ln) }()
 	s.log.Info("sandbox providers started", "url", s.base, "dir", opts.Dir)
 	return s, nil
@@ -228,13 +241,17 @@ func URLsFor(baseURL string) URLs {
 		Accounting: b + "/" + Accounting, Mail: b + "/" + Mail, Admin: b + "/admin"}
 }
 
-// Client returns an admin client of this sandbox.
-func (s *Sandbox) Client() *Client { return NewClient(s.base, nil) }
+// Client returns an admin client of this sandbox, with its token.
+func (s *Sandbox) Client() *Client { return NewClient(s.base, nil).WithToken(s.token) }
+
+// Token returns the admin API's token. Keep it out of logs.
+func (s *Sandbox) Token() string { return s.token }
 
 // Close stops serving, waking any delayed request, and closes the stores.
 func (s *Sandbox) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		forgetToken(s.base)
 		close(s.closing)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -306,7 +306,7 @@ func TestFaults(t *testing.T) {
 				t.Errorf("%+v accepted", f)
 			}
 		}
-		r := send(t, "POST", sb.BaseURL()+"/admin/faults", "", map[string]any{"op": "nope", "fault": "http_503"})
+		r := adminSend(t, sb, "POST", "/admin/faults", map[string]any{"op": "nope", "fault": "http_503"})
 		if r.status != 400 || !strings.Contains(r.raw, "use one of") {
 			t.Fatalf("admin accepted a bad fault: %d %s", r.status, r.raw)
 		}
