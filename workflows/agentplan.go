@@ -185,9 +185,10 @@ type run struct {
 	specs tool.Specs
 	plan  plan.Plan
 	st    Status
-	stack []int // steps whose reversal waits, in push order
-	q     *question
-	seq   int // questions opened so far
+	stack []int             // steps whose reversal waits, in push (completion) order
+	qs    map[int]*question // the open question of each waiting step
+	base  SagaState         // the state apart from open questions
+	seq   int               // questions opened so far
 	// closed remembers the decision applied to each closed question, so a
 	// repeated identical decision (a double click) is recognised.
 	closed     map[string]Decision
@@ -200,7 +201,7 @@ func newRun(ctx workflow.Context, s *Saga, specs tool.Specs, p plan.Plan) (*run,
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidPlan", nil)
 	}
 	r := &run{
-		saga: s, specs: specs, plan: p, closed: map[string]Decision{}, lastClosed: map[int]Decision{},
+		saga: s, specs: specs, plan: p, closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{},
 		st: Status{
 			WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: p.SessionID, Turn: p.Turn,
 			RequestID: redact.String(p.RequestID), PlanFingerprint: fp,
@@ -221,7 +222,25 @@ func newRun(ctx workflow.Context, s *Saga, specs tool.Specs, p plan.Plan) (*run,
 
 func (r *run) step(n int) *StepStatus { return &r.st.Steps[n-1] }
 
+// setState sets the plan's base state and shows the effective one: a plan
+// with an open outcome or reversal question needs a human, one with only
+// approval questions waits for approval.
 func (r *run) setState(ctx workflow.Context, s SagaState) {
+	r.base = s
+	r.refresh(ctx)
+}
+
+// refresh shows the effective state (see setState) in the status, the
+// search attributes and the UI.
+func (r *run) refresh(ctx workflow.Context) {
+	s := r.base
+	for _, q := range r.qs {
+		if q.Kind != QuestionApproval {
+			s = SagaNeedsHuman
+			break
+		}
+		s = SagaWaitingApproval
+	}
 	r.st.State = s
 	human := s == SagaNeedsHuman || s == SagaWaitingApproval
 	err := workflow.UpsertTypedSearchAttributes(ctx,

@@ -182,7 +182,7 @@ func (r *run) details(ctx workflow.Context) {
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", s.Step, s.Tool, state, s.ExternalID)
 	}
-	if q := r.q; q != nil {
+	for _, q := range r.openList() {
 		c := q.Card
 		fmt.Fprintf(&b, "\n**Open question %s** (%s, step %d), answers: %s\n\n", q.ID, q.Kind, q.Step, strings.Join(q.Answers, ", "))
 		line := func(label, v string) {

@@ -3,6 +3,7 @@ package workflows
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 	"unicode"
@@ -33,8 +34,7 @@ const (
 	MaxClockSkew = 15 * time.Minute
 )
 
-// question is the one open wait of a plan (steps run one at a time, so at
-// most one question is open).
+// question is an open wait of a step.
 type question struct {
 	Question
 	decision *Decision // set when a decision was applied
@@ -151,14 +151,21 @@ func (r *run) openFor(ctx workflow.Context, kinds []string, step int, qid string
 	if last, ok := r.lastClosed[step]; ok && qid == "" && same(last) && workflow.Now(ctx).Sub(last.At) <= DoubleClickWindow {
 		return nil, &last, nil
 	}
-	q = r.q
+	q = r.qs[step]
+	if q == nil {
+		for _, o := range r.openList() {
+			if qid != "" && o.ID == qid {
+				return nil, nil, refused("question %s is on step %d, not step %d", qid, o.Step, step)
+			}
+		}
+		if len(r.qs) == 0 {
+			return nil, nil, refused("no question is open on this plan now (state %s): nothing was applied; decisions answer only the question open when they arrive", r.st.State)
+		}
+		return nil, nil, refused("step %d has no open question; open now: %s", step, r.openSummary())
+	}
 	switch {
-	case q == nil:
-		return nil, nil, refused("no question is open on this plan now (state %s): nothing was applied; decisions answer only the question open when they arrive", r.st.State)
 	case qid != "" && qid != q.ID:
-		return nil, nil, refused("question %s is not open (stale or unknown); the open question is %s (step %d, %s)", qid, q.ID, q.Step, q.Kind)
-	case step != q.Step:
-		return nil, nil, refused("step %d has no open question; the open question is %s on step %d (%s)", step, q.ID, q.Step, q.Kind)
+		return nil, nil, refused("question %s is not open (stale or unknown); the open question of step %d is %s (%s)", qid, q.Step, q.ID, q.Kind)
 	case !contains(kinds, q.Kind):
 		return nil, nil, refused("the open question %s on step %d asks for %s, which this decision does not answer", q.ID, q.Step, q.Kind)
 	case q.decision != nil:
@@ -381,8 +388,8 @@ func (r *run) checkSucceeded(ctx workflow.Context, q *question, d *Decision) err
 
 func (r *run) duplicate(qid string, step int) DecisionResult {
 	d, ok := r.closed[qid]
-	if !ok && r.q != nil && r.q.decision != nil {
-		d, qid = *r.q.decision, r.q.ID
+	if q := r.qs[step]; !ok && q != nil && q.decision != nil {
+		d, qid = *q.decision, q.ID
 	} else if !ok {
 		d, ok = r.lastClosed[step]
 		qid = d.QuestionID
@@ -414,7 +421,31 @@ func clip(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
-// open opens a question on step n and makes it the plan's open question.
+// openList returns the open questions, oldest first.
+func (r *run) openList() []Question {
+	var out []Question
+	for _, q := range r.qs {
+		out = append(out, q.Question)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].OpenedAt.Equal(out[j].OpenedAt) {
+			return out[i].OpenedAt.Before(out[j].OpenedAt)
+		}
+		return out[i].Step < out[j].Step
+	})
+	return out
+}
+
+func (r *run) openSummary() string {
+	var parts []string
+	for _, q := range r.openList() {
+		parts = append(parts, fmt.Sprintf("%s (step %d, %s)", q.ID, q.Step, q.Kind))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// open opens a question on step n (a step has at most one open question;
+// steps running in parallel may each have one).
 func (r *run) open(ctx workflow.Context, n int, kind, rule string, answers []string, rep activities.GuardReport, expires time.Duration) *question {
 	st := r.step(n)
 	r.seq++
@@ -425,8 +456,8 @@ func (r *run) open(ctx workflow.Context, n int, kind, rule string, answers []str
 	if expires > 0 {
 		q.ExpiresAt = q.OpenedAt.Add(expires)
 	}
-	r.q = q
-	r.st.Questions = []Question{q.Question}
+	r.qs[n] = q
+	r.st.Questions = r.openList()
 	r.count(ctx, MetricQuestionsOpened, map[string]string{"kind": kind})
 	return q
 }
@@ -434,8 +465,8 @@ func (r *run) open(ctx workflow.Context, n int, kind, rule string, answers []str
 // close closes the open question with its decision (if any) and writes the
 // decision to the step and the ledger's audit trail.
 func (r *run) close(ctx workflow.Context, q *question, d Decision) {
-	r.q = nil
-	r.st.Questions = nil
+	delete(r.qs, q.Step)
+	r.st.Questions = r.openList()
 	r.closed[q.ID] = d
 	r.lastClosed[q.Step] = d
 	st := r.step(q.Step)
@@ -494,8 +525,7 @@ func (r *run) askApproval(ctx, dctx workflow.Context, n int, rule string, rep ac
 	window := spec.Approval.Expiry()
 	q := r.open(dctx, n, QuestionApproval, rule, []string{"approve", "reject"}, rep, window)
 	st.Waiting, st.LastError = "approval", "waiting for approval: "+rule
-	prev := r.st.State
-	r.setState(dctx, SagaWaitingApproval)
+	r.refresh(dctx)
 	answered, err := workflow.AwaitWithTimeout(ctx, window, func() bool { return q.decision != nil })
 	var d Decision
 	switch {
@@ -507,7 +537,7 @@ func (r *run) askApproval(ctx, dctx workflow.Context, n int, rule string, rep ac
 		d = Decision{Kind: "expire", QuestionID: q.ID, By: System, At: workflow.Now(dctx), Note: fmt.Sprintf("approval expired after %s without an answer: counted as rejected", window)}
 	}
 	r.close(dctx, q, d)
-	r.setState(dctx, prev)
+	r.refresh(dctx)
 	if d.Kind == SignalApprove && d.Approved {
 		st.LastError = ""
 		return d, true
@@ -543,12 +573,11 @@ func (r *run) askResolve(dctx workflow.Context, n int, kind, rule string, answer
 	}
 	q := r.open(dctx, n, kind, rule, answers, r.checkGuard(dctx, r.request(n)), 0)
 	st.Waiting = "resolve"
-	prev := r.st.State
-	r.setState(dctx, SagaNeedsHuman)
+	r.refresh(dctx)
 	_ = workflow.Await(dctx, func() bool { return q.decision != nil })
 	d := *q.decision
 	r.close(dctx, q, d)
-	r.setState(dctx, prev)
+	r.refresh(dctx)
 	return d
 }
 

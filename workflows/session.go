@@ -118,7 +118,7 @@ func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, erro
 		return Status{}, temporal.NewNonRetryableApplicationError("session_id is required", "InvalidSession", nil)
 	}
 	r := &run{
-		saga: s, specs: pin.Specs, closed: map[string]Decision{}, lastClosed: map[int]Decision{},
+		saga: s, specs: pin.Specs, closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{},
 		plan: plan.Plan{SessionID: in.SessionID, RequestedBy: in.RequestedBy},
 		st:   Status{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: in.SessionID},
 	}
@@ -131,7 +131,7 @@ func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, erro
 		for i := range r.plan.Steps {
 			r.plan.Steps[i].Tool = r.st.Steps[i].Tool
 		}
-		r.st.Questions, r.q = nil, nil
+		r.st.Questions, r.base = nil, c.Status.State
 	}
 	if err := r.register(ctx); err != nil {
 		return Status{}, err
@@ -269,22 +269,26 @@ func (ss *session) turn(ctx workflow.Context, t TurnRequest) (TurnResult, error)
 	if !ok {
 		rec = ss.start(ctx, t, fp)
 	}
-	_ = workflow.Await(ctx, func() bool { return rec.State != TurnRunning || ss.waitingIn(rec) })
+	_ = workflow.Await(ctx, func() bool { return rec.State != TurnRunning || ss.waitingIn(rec) != nil })
 	return ss.result(t.Turn, rec), nil
 }
 
-func (ss *session) waitingIn(rec *turnRecord) bool {
-	q := ss.run.q
-	return q != nil && q.Step >= rec.First && q.Step <= rec.Last
+// waitingIn returns the oldest open question of a step of rec, or nil.
+func (ss *session) waitingIn(rec *turnRecord) *Question {
+	for _, q := range ss.run.openList() {
+		if q.Step >= rec.First && q.Step <= rec.Last {
+			return &q
+		}
+	}
+	return nil
 }
 
 func (ss *session) result(turn int, rec *turnRecord) TurnResult {
 	r := ss.run
 	res := TurnResult{Turn: turn, Fingerprint: rec.Fingerprint, State: rec.State, Error: rec.Error}
 	res.Steps = append(res.Steps, r.st.Steps[rec.First-1:rec.Last]...)
-	if ss.waitingIn(rec) {
-		q := r.q.Question
-		res.Question, res.State = &q, TurnWaiting
+	if q := ss.waitingIn(rec); q != nil {
+		res.Question, res.State = q, TurnWaiting
 	}
 	return res
 }
