@@ -69,6 +69,24 @@ type Options struct {
 	// Logger receives the server's own logs at warn level and above (the
 	// server is noisy below that). Nil discards them.
 	Logger *slog.Logger
+	// UICodec points the Web UI at a codec server, so the browser decodes
+	// encrypted payloads; the zero value configures none.
+	UICodec UICodec
+}
+
+// UICodec is the Web UI's codec server setting (ui-server's codec section).
+// The browser calls Endpoint+"/decode" itself, so the endpoint must answer
+// the UI's origin with CORS headers.
+type UICodec struct {
+	// Endpoint is the codec server's base URL, such as http://127.0.0.1:8234.
+	Endpoint string
+	// IncludeCredentials makes the browser send its cookies for Endpoint
+	// (how a codec server's login cookie reaches it).
+	IncludeCredentials bool
+	// PassAccessToken makes the UI send its login's access token as a
+	// bearer token; the UI does so only to an https endpoint and only with
+	// UI login (auth) on.
+	PassAccessToken bool
 }
 
 // Server is a running embedded Temporal server, with its Web UI when one was
@@ -142,7 +160,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, errors.Join(err, s.Stop())
 	}
 	if uiHold != nil {
-		if err := s.startUI(ctx, opts.Host, uiHold); err != nil {
+		if err := s.startUI(ctx, opts.Host, uiHold, opts.UICodec); err != nil {
 			return nil, errors.Join(err, s.Stop())
 		}
 	}

@@ -2,6 +2,7 @@ package devserver_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -85,7 +86,9 @@ func dial(t *testing.T, s *devserver.Server) client.Client {
 // TestStartInMemory runs two in-memory servers side by side, one with the UI,
 // and checks each runs a workflow that carries the registered search attributes.
 func TestStartInMemory(t *testing.T) {
-	withUI := start(t, devserver.Options{SearchAttributes: testAttrs, Logger: testLogger(t)})
+	codecURL := "http://127.0.0.1:1/codec-for-test"
+	withUI := start(t, devserver.Options{SearchAttributes: testAttrs, Logger: testLogger(t),
+		UICodec: devserver.UICodec{Endpoint: codecURL, IncludeCredentials: true}})
 	headless := start(t, devserver.Options{UIPort: devserver.NoUI, Namespace: "second", SearchAttributes: testAttrs, Logger: testLogger(t)})
 
 	if withUI.FrontendAddr() == headless.FrontendAddr() {
@@ -149,6 +152,25 @@ func TestStartInMemory(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s/ = %s, want 200", withUI.UIURL(), resp.Status)
+	}
+
+	// The UI hands the browser the codec endpoint it was given.
+	resp, err = http.Get(withUI.UIURL() + "/api/v1/settings")
+	if err != nil {
+		t.Fatalf("GET UI settings: %v", err)
+	}
+	defer resp.Body.Close()
+	var settings struct {
+		Codec struct {
+			Endpoint           string
+			IncludeCredentials bool
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&settings); err != nil {
+		t.Fatalf("UI settings: %v", err)
+	}
+	if settings.Codec.Endpoint != codecURL || !settings.Codec.IncludeCredentials {
+		t.Errorf("UI codec settings %+v, want endpoint %s with credentials", settings.Codec, codecURL)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 
 	uiserver "github.com/temporalio/ui-server/v2/server"
 	uiconfig "github.com/temporalio/ui-server/v2/server/config"
@@ -21,7 +22,7 @@ import (
 // hand it a listener, so pickPorts held the port until now and it is released
 // only as the UI starts; what remains is a process binding that very port in
 // the moment between.
-func (s *Server) startUI(ctx context.Context, host string, hold *net.TCPListener) error {
+func (s *Server) startUI(ctx context.Context, host string, hold *net.TCPListener, codec UICodec) error {
 	port := hold.Addr().(*net.TCPAddr).Port
 	ui := uiserver.NewServer(uiserveroptions.WithConfigProvider(&uiconfig.Config{
 		Host:                host,
@@ -32,6 +33,12 @@ func (s *Server) startUI(ctx context.Context, host string, hold *net.TCPListener
 		// Plain HTTP on a developer's machine: the CSRF cookie must work without TLS.
 		CORS:     uiconfig.CORS{CookieInsecure: true},
 		HideLogs: true,
+		Codec: uiconfig.Codec{
+			Endpoint:            codec.Endpoint,
+			IncludeCredentials:  codec.IncludeCredentials,
+			PassAccessToken:     codec.PassAccessToken,
+			DefaultErrorMessage: codecErrorMessage(codec),
+		},
 	}))
 	if err := hold.Close(); err != nil {
 		return fmt.Errorf("devserver: release the Web UI port %d for the UI: %w", port, err)
@@ -67,4 +74,13 @@ func (s *Server) startUI(ctx context.Context, host string, hold *net.TCPListener
 		}
 		return nil
 	})
+}
+
+// codecErrorMessage is what the UI shows when the codec endpoint refuses to
+// decode (the browser has not logged in to it yet, say).
+func codecErrorMessage(c UICodec) string {
+	if c.Endpoint == "" {
+		return ""
+	}
+	return "Payloads are encrypted. To read them, open " + strings.TrimRight(c.Endpoint, "/") + "/login in this browser and enter the codec token (worker --dev keeps it in <data-dir>/codec.token)."
 }
