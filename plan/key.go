@@ -58,7 +58,11 @@ func (p Plan) Fingerprint() (string, error) {
 		}
 		steps[i] = map[string]any{"tool": s.Tool, "args": obj}
 	}
-	return hashJSON(map[string]any{"session_id": p.SessionID, "turn": p.Turn, "steps": steps})
+	m := map[string]any{"session_id": p.SessionID, "turn": p.Turn, "steps": steps}
+	if p.Parallel {
+		m["parallel"] = true // how the steps run is part of the plan
+	}
+	return hashJSON(m)
 }
 
 // Canonical returns args re-encoded canonically (keys sorted, no spaces).

@@ -41,6 +41,11 @@ type Plan struct {
 	// (an operator name as in the operators file). An approval by the same
 	// principal is refused (four eyes).
 	RequestedBy string `json:"requested_by,omitempty"`
+	// Parallel runs every step at once (a model's several tool calls in one
+	// message). Without it, consecutive reads run at once and writes one
+	// after another. A parallel plan cannot hold a write that cannot be
+	// undone.
+	Parallel bool `json:"parallel,omitempty"`
 	// Steps are the tool calls, numbered from 1 in keys and messages.
 	Steps []Step `json:"steps"`
 }
@@ -86,6 +91,7 @@ func ParseBytes(data []byte, l Limits) (Plan, error) {
 		Turn        json.RawMessage `json:"turn"`
 		RequestID   string          `json:"request_id"`
 		RequestedBy string          `json:"requested_by"`
+		Parallel    bool            `json:"parallel"`
 		Steps       []Step          `json:"steps"`
 	}
 	d := json.NewDecoder(bytes.NewReader(data))
@@ -94,7 +100,7 @@ func ParseBytes(data []byte, l Limits) (Plan, error) {
 	if err := d.Decode(&raw); err != nil {
 		return Plan{}, newValidationError([]tool.FieldError{formatProblem(err)})
 	}
-	p := Plan{SessionID: raw.SessionID, RequestID: raw.RequestID, RequestedBy: raw.RequestedBy, Steps: raw.Steps}
+	p := Plan{SessionID: raw.SessionID, RequestID: raw.RequestID, RequestedBy: raw.RequestedBy, Parallel: raw.Parallel, Steps: raw.Steps}
 	if t := strings.TrimSpace(string(raw.Turn)); t != "" && t != "null" {
 		// strconv.Atoi accepts exactly the JSON integers here: a string
 		// keeps its quotes, 1.0 and 1e0 are not integers to it, and the
@@ -111,7 +117,7 @@ func ParseBytes(data []byte, l Limits) (Plan, error) {
 // formatProblem names the field of a plan whose JSON does not fit the plan
 // format.
 func formatProblem(err error) tool.FieldError {
-	const format = "the plan format (session_id, turn, request_id, requested_by, steps[] of {tool, args})"
+	const format = "the plan format (session_id, turn, request_id, requested_by, parallel, steps[] of {tool, args})"
 	var ute *json.UnmarshalTypeError
 	if errors.As(err, &ute) {
 		if ute.Field == "" {
@@ -238,6 +244,10 @@ func (p Plan) ValidateWith(c tool.Catalog, l Limits) error {
 		}
 		errs = append(errs, spec.Args.CheckWith(path+".args", s.Args, l.argLimits(spec))...)
 		if spec.Class.IsWrite() && !spec.Compensable() {
+			if p.Parallel {
+				add(path+".tool", "%s cannot be undone: it cannot run in a parallel plan (a sibling's failure would leave it done); send it in a later turn", s.Tool)
+				continue
+			}
 			lastIrreversible = n
 		}
 	}

@@ -145,18 +145,22 @@ func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
 	// compensates, so no effect is dropped.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 
-	for n := 1; n <= len(p.Steps); n++ {
+	for _, g := range r.groups(ctx, 1, len(p.Steps), p.Parallel) {
 		if ctx.Err() != nil {
-			for ; n <= len(p.Steps); n++ {
+			for n := g[0]; n <= len(p.Steps); n++ {
 				r.step(n).LastError = "not run: the plan was cancelled"
 			}
 			break
 		}
-		if r.runStep(ctx, dctx, n) {
+		failed := r.runGroup(ctx, dctx, g)
+		if len(failed) == 0 {
 			continue
 		}
+		n := failed[0]
 		r.st.Error = fmt.Sprintf("step %d (%s) failed: %s", n, r.step(n).Tool, r.step(n).LastError)
-		r.reconcileFailed(dctx, n)
+		for _, f := range failed {
+			r.reconcileFailed(dctx, f)
+		}
 		r.compensate(dctx)
 		return r.finish(ctx, dctx)
 	}
@@ -169,6 +173,66 @@ func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
 	}
 	r.setState(dctx, SagaSucceeded)
 	return r.finish(ctx, dctx)
+}
+
+// groups splits steps first..last into the groups that run together: every
+// step at once in a parallel plan; otherwise consecutive reads together and
+// each write alone, in order. (Plans started before parallel groups ran
+// every step alone: GetVersion keeps their replay unchanged.)
+func (r *run) groups(ctx workflow.Context, first, last int, parallel bool) [][]int {
+	var out [][]int
+	if workflow.GetVersion(ctx, versionParallelSteps, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		for n := first; n <= last; n++ {
+			out = append(out, []int{n})
+		}
+		return out
+	}
+	if parallel {
+		g := make([]int, 0, last-first+1)
+		for n := first; n <= last; n++ {
+			g = append(g, n)
+		}
+		return [][]int{g}
+	}
+	for n := first; n <= last; n++ {
+		read := !r.specs[r.step(n).Tool].Class.IsWrite()
+		if k := len(out); read && k > 0 && n > first && !r.specs[r.step(n-1).Tool].Class.IsWrite() {
+			out[k-1] = append(out[k-1], n)
+			continue
+		}
+		out = append(out, []int{n})
+	}
+	return out
+}
+
+// runGroup runs the steps of a group at once and returns the ones that
+// failed, in step order, after every sibling in flight has settled. Steps
+// that succeed push their reversals in the order they complete, so the stack
+// is compensated in reverse order of completion.
+func (r *run) runGroup(ctx, dctx workflow.Context, g []int) []int {
+	ok := make([]bool, len(g))
+	if len(g) == 1 {
+		ok[0] = r.runStep(ctx, dctx, g[0])
+	} else {
+		wg := workflow.NewWaitGroup(dctx)
+		for i, n := range g {
+			wg.Add(1)
+			workflow.Go(ctx, func(ctx workflow.Context) {
+				defer wg.Done()
+				// Each coroutine blocks on a context of its own.
+				gd, _ := workflow.NewDisconnectedContext(ctx)
+				ok[i] = r.runStep(ctx, gd, n)
+			})
+		}
+		wg.Wait(dctx)
+	}
+	var failed []int
+	for i, n := range g {
+		if !ok[i] {
+			failed = append(failed, n)
+		}
+	}
+	return failed
 }
 
 // finish waits for decision handlers still running, then returns the status

@@ -23,6 +23,11 @@ type provider struct {
 	faults  map[string][]string
 	// slow lists keys whose call is slow (see Execute).
 	slow map[string]bool
+	// barrier, when set, makes every read wait until barrierN reads are
+	// in flight at once (proof that they run concurrently).
+	barrier  chan struct{}
+	barrierN int
+	inFlight int
 	// lookupDown makes every lookup answer unknown until cleared.
 	lookupDown bool
 }
@@ -101,6 +106,19 @@ func (t *fakeTool) Spec() tool.Spec { return t.spec }
 
 func (t *fakeTool) Execute(ctx context.Context, c tool.Call) (tool.Result, error) {
 	p := t.p
+	if p.barrier != nil && t.spec.Class == tool.Read {
+		p.mu.Lock()
+		p.inFlight++
+		if p.inFlight == p.barrierN {
+			close(p.barrier)
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.barrier:
+		case <-time.After(5 * time.Second): // only in the failing case: the reads ran one by one
+			return tool.Result{}, tool.Fail(tool.KindRejected, "not_concurrent", errors.New("reads did not run at once"))
+		}
+	}
 	if p.slow[c.Key] {
 		// A slow provider: it commits whatever happens to the caller. If
 		// the engine abandons the call (cancels the activity), ctx ends

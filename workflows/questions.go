@@ -47,6 +47,9 @@ const (
 	// versionLedgerFollowsQuestion: opening an outcome or reversal
 	// question moves the ledger row to needs_human / compensation_failed.
 	versionLedgerFollowsQuestion = "ledger-row-follows-question"
+	// versionParallelSteps: consecutive reads (or every step of a
+	// parallel plan) run at once.
+	versionParallelSteps = "parallel-steps"
 )
 
 // register installs the status query, the decision Updates (with

@@ -54,9 +54,12 @@ type SessionStart struct {
 // TurnRequest is one model turn: the tool calls it wants made, in order
 // (the same {tool, args} steps as a plan).
 type TurnRequest struct {
-	Turn      int         `json:"turn"`
-	RequestID string      `json:"request_id,omitempty"`
-	Steps     []plan.Step `json:"steps"`
+	Turn      int    `json:"turn"`
+	RequestID string `json:"request_id,omitempty"`
+	// Parallel runs the turn's steps at once (several tool calls in one
+	// model message); see plan.Plan.Parallel.
+	Parallel bool        `json:"parallel,omitempty"`
+	Steps    []plan.Step `json:"steps"`
 }
 
 // Turn states.
@@ -235,7 +238,7 @@ func (ss *session) registerSession(ctx workflow.Context) error {
 // with the same payload is accepted (it returns the first result); with
 // another payload it is a conflict.
 func (ss *session) checkTurn(t TurnRequest) (string, error) {
-	p := plan.Plan{SessionID: ss.run.plan.SessionID, Turn: t.Turn, RequestID: t.RequestID, RequestedBy: ss.in.RequestedBy, Steps: t.Steps}
+	p := plan.Plan{SessionID: ss.run.plan.SessionID, Turn: t.Turn, RequestID: t.RequestID, RequestedBy: ss.in.RequestedBy, Parallel: t.Parallel, Steps: t.Steps}
 	fp, err := p.Fingerprint()
 	if err != nil {
 		return "", refused("turn %d: %v", t.Turn, err)
@@ -314,12 +317,16 @@ func (ss *session) start(ctx workflow.Context, t TurnRequest, fp string) *turnRe
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
 		defer func() { ss.active = 0 }()
 		pushed := len(r.stack)
-		for n := rec.First; n <= rec.Last; n++ {
-			if r.runStep(ctx, dctx, n) {
+		for _, g := range r.groups(ctx, rec.First, rec.Last, t.Parallel) {
+			failed := r.runGroup(ctx, dctx, g)
+			if len(failed) == 0 {
 				continue
 			}
+			n := failed[0]
 			rec.Error = fmt.Sprintf("step %d (%s) failed: %s", n-rec.First+1, r.step(n).Tool, r.step(n).LastError)
-			r.reconcileFailed(dctx, n)
+			for _, f := range failed {
+				r.reconcileFailed(dctx, f)
+			}
 			if !ss.in.KeepFailedTurns {
 				mine := append([]int(nil), r.stack[pushed:]...)
 				r.stack = r.stack[:pushed]
