@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
@@ -23,6 +24,7 @@ import (
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/telemetry"
 	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -53,6 +55,10 @@ type Options struct {
 	// Operators verifies who decides (an *operators.Keyring); nil accepts
 	// typed names, recorded as unverified.
 	Operators workflows.Verifier
+	// MetricsAddr, when set, serves the worker's Prometheus metrics at
+	// http://MetricsAddr/metrics (port 0 picks a free one; see
+	// Stack.MetricsURL). Empty serves none.
+	MetricsAddr string
 }
 
 // Stack is a running product.
@@ -66,6 +72,14 @@ type Stack struct {
 	Ledger     ledger.Store
 	Worker     worker.Worker // nil with NoWorker
 	LedgerDSN  string
+	// Telemetry is the client's and worker's metrics and tracing; nil
+	// without Options.MetricsAddr and without an OTLP endpoint.
+	Telemetry *telemetry.Telemetry
+	// MetricsURL is where /metrics is served; empty without
+	// Options.MetricsAddr.
+	MetricsURL string
+
+	metrics *telemetry.Server
 
 	tmp string
 }
@@ -131,10 +145,25 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, err
 	}
 
-	st.Client, err = client.Dial(client.Options{
+	copts := client.Options{
 		HostPort: st.Server.FrontendAddr(), Namespace: st.Server.Namespace(),
 		Logger: sdklog.NewStructuredLogger(log),
-	})
+	}
+	var wopts worker.Options
+	if o.MetricsAddr != "" || telemetry.TracingConfigured() {
+		if st.Telemetry, err = telemetry.New(ctx, telemetry.Options{Tools: st.Tools, Ledger: st.Ledger, Logger: log}); err != nil {
+			return nil, err
+		}
+		st.Telemetry.ClientOptions(&copts)
+		wopts.Interceptors = st.Telemetry.WorkerInterceptors()
+		if o.MetricsAddr != "" {
+			if st.metrics, err = st.Telemetry.Serve(o.MetricsAddr); err != nil {
+				return nil, err
+			}
+			st.MetricsURL = st.metrics.URL()
+		}
+	}
+	st.Client, err = client.Dial(copts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to embedded Temporal: %w", err)
 	}
@@ -146,7 +175,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if o.NoWorker {
 		return st, nil
 	}
-	st.Worker, err = sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: st.Tools, Ledger: st.Ledger, Logger: log, Operators: o.Operators})
+	st.Worker, err = sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: st.Tools, Ledger: st.Ledger, Logger: log, Operators: o.Operators, Worker: wopts})
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +197,14 @@ func (s *Stack) Close() error {
 	}
 	if s.Client != nil {
 		s.Client.Close()
+	}
+	if s.metrics != nil {
+		errs = append(errs, s.metrics.Close())
+	}
+	if s.Telemetry != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, s.Telemetry.Shutdown(ctx))
+		cancel()
 	}
 	if s.Ledger != nil {
 		errs = append(errs, s.Ledger.Close())

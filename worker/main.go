@@ -3,6 +3,11 @@
 //	go run ./worker --dev            embedded Temporal + Web UI + sandbox + worker
 //	go run ./worker                  connect to TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE
 //
+// --metrics-addr HOST:PORT (env AGENTSAGA_METRICS_ADDR) serves Prometheus
+// metrics at /metrics: off by default, 127.0.0.1:9464 with --dev ("off" turns
+// it off). Spans are exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT (or
+// _TRACES_ENDPOINT) is set. See package telemetry for the metric names.
+//
 // It refuses to start when a tool lacks a side-effect class, a compensator or
 // a reconciler, naming every offender, and stops gracefully on SIGINT/SIGTERM.
 package main
@@ -16,9 +21,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/demotools"
@@ -26,6 +33,7 @@ import (
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/sagaworker"
+	"github.com/agentsaga/agentsaga/telemetry"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -56,12 +64,19 @@ func run(ctx context.Context, args []string) error {
 	sandboxAddr := fs.String("sandbox-addr", "127.0.0.1:8090", "with --dev: where the sandbox providers listen")
 	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers (env "+config.EnvSandboxURL+"; --dev starts its own)")
 	operatorsFile := fs.String("operators", os.Getenv(config.EnvOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+config.EnvOperators+"; without it typed names are recorded as unverified)")
+	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+"; \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
 	verbose := fs.Bool("v", false, "log every tool call")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // the flags were printed
 		}
 		return usageError{err}
+	}
+	if *metricsAddr == "" && *dev {
+		*metricsAddr = telemetry.DefaultDevMetricsAddr
+	}
+	if *metricsAddr == "off" {
+		*metricsAddr = ""
 	}
 	level := slog.LevelWarn
 	if *verbose {
@@ -83,13 +98,13 @@ func run(ctx context.Context, args []string) error {
 	if *dev {
 		st, err := devstack.Start(ctx, devstack.Options{
 			DataDir: *dataDir, Port: *port, UIPort: *uiPort, Ledger: *ledgerDSN, SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr,
-			TaskQueue: t.TaskQueue, Logger: log, Operators: verifier,
+			TaskQueue: t.TaskQueue, Logger: log, Operators: verifier, MetricsAddr: *metricsAddr,
 		})
 		if err != nil {
 			return err
 		}
-		fmt.Printf("agentsaga dev worker ready\n  Temporal   %s (namespace %s)\n  Web UI     %s\n  sandbox    %s\n  ledger     %s\n  task queue %s\n  data       %s\nCtrl-C stops.\n",
-			st.Server.FrontendAddr(), st.Server.Namespace(), st.Server.UIURL(), st.SandboxURL, config.SafeDSN(st.LedgerDSN), t.TaskQueue, *dataDir)
+		fmt.Printf("agentsaga dev worker ready\n  Temporal   %s (namespace %s)\n  Web UI     %s\n  sandbox    %s\n  ledger     %s\n  task queue %s\n  data       %s\n  metrics    %s\nCtrl-C stops.\n",
+			st.Server.FrontendAddr(), st.Server.Namespace(), st.Server.UIURL(), st.SandboxURL, config.SafeDSN(st.LedgerDSN), t.TaskQueue, *dataDir, orOff(st.MetricsURL))
 		<-ctx.Done()
 		fmt.Println("stopping")
 		return st.Close()
@@ -119,6 +134,27 @@ func run(ctx context.Context, args []string) error {
 		return usageError{err}
 	}
 	opts.Logger = sdklog.NewStructuredLogger(log)
+	tel, err := telemetry.New(ctx, telemetry.Options{Tools: tools, Ledger: store, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("spans not flushed", "error", err)
+		}
+	}()
+	tel.ClientOptions(&opts)
+	metricsURL := ""
+	if *metricsAddr != "" {
+		srv, err := tel.Serve(*metricsAddr)
+		if err != nil {
+			return usageError{fmt.Errorf("--metrics-addr: %w", err)}
+		}
+		defer srv.Close()
+		metricsURL = srv.URL()
+	}
 	c, err := client.Dial(opts)
 	if err != nil {
 		return fmt.Errorf("connect to Temporal at %s: %w (set --address or %s)", t.Address, err, config.EnvAddress)
@@ -127,7 +163,8 @@ func run(ctx context.Context, args []string) error {
 	if err := sagaworker.RegisterSearchAttributes(ctx, c, t.Namespace); err != nil {
 		log.Warn("search attributes not registered; escalations cannot be listed until they are", "error", err)
 	}
-	w, err := sagaworker.New(c, sagaworker.Options{TaskQueue: t.TaskQueue, Tools: tools, Ledger: store, Logger: log, Operators: verifier})
+	w, err := sagaworker.New(c, sagaworker.Options{TaskQueue: t.TaskQueue, Tools: tools, Ledger: store, Logger: log, Operators: verifier,
+		Worker: worker.Options{Interceptors: tel.WorkerInterceptors()}})
 	if err != nil {
 		return err
 	}
@@ -138,8 +175,23 @@ func run(ctx context.Context, args []string) error {
 	if verifier != nil {
 		identity = "signed by an operator in " + *operatorsFile
 	}
-	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s\ndecisions: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), identity)
+	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s\ndecisions: %s\nmetrics: %s, traces: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), identity,
+		orOff(metricsURL), tracing(tel))
 	<-ctx.Done()
 	w.Stop()
 	return nil
+}
+
+func orOff(url string) string {
+	if url == "" {
+		return "off (--metrics-addr)"
+	}
+	return url
+}
+
+func tracing(t *telemetry.Telemetry) string {
+	if t.Tracing {
+		return "exported over OTLP (OTEL_EXPORTER_OTLP_*)"
+	}
+	return "off (set OTEL_EXPORTER_OTLP_ENDPOINT)"
 }
