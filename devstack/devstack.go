@@ -2,6 +2,17 @@
 // server on SQLite with the Web UI, the sandbox providers, the ledger and a
 // worker running AgentPlan. `worker --dev`, `starter demo` and the
 // integration tests all start it here.
+//
+// Payloads are encrypted (package codec): the stack's client and worker use
+// the codec data converter, a codec server answers the Web UI, which is
+// configured to call it from the browser, and the secrets live in the data
+// directory, each made on first start with mode 0600:
+//
+//	<data-dir>/codec-keys.json       the keyring (KeysFile)
+//	<data-dir>/codec.token           the codec server's token (CodecTokenFile)
+//	<data-dir>/sandbox-admin.token   the sandbox admin API's token (SandboxTokenFile)
+//
+// A stack without data directory keeps all three in memory.
 package devstack
 
 import (
@@ -9,14 +20,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/devserver"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -55,6 +69,12 @@ type Options struct {
 	// Operators verifies who decides (an *operators.Keyring); nil accepts
 	// typed names, recorded as unverified.
 	Operators workflows.Verifier
+	// Keyring encrypts payloads with these keys instead of the data
+	// directory's (keys given with --codec-keys, say).
+	Keyring *codec.Keyring
+	// CodecAddr is where the codec server listens; empty picks a free port
+	// on 127.0.0.1.
+	CodecAddr string
 	// MetricsAddr, when set, serves the worker's Prometheus metrics at
 	// http://MetricsAddr/metrics (port 0 picks a free one; see
 	// Stack.MetricsURL). Empty serves none.
@@ -72,6 +92,25 @@ type Stack struct {
 	Ledger     ledger.Store
 	Worker     worker.Worker // nil with NoWorker
 	LedgerDSN  string
+
+	// Keyring encrypts the stack's payloads; DataConverter is the codec
+	// data converter over it, which Client and Worker use. Another client
+	// of this server needs the same keys (KeysFile).
+	Keyring       *codec.Keyring
+	DataConverter converter.DataConverter
+	// KeysFile is the keyring file under the data directory ("" when the
+	// keys are in memory or came from Options.Keyring).
+	KeysFile string
+	// CodecURL is the codec server's base URL (POST CodecURL+"/decode",
+	// a browser logs in at CodecURL+"/login"); CodecToken is its bearer
+	// token (keep it out of logs); CodecTokenFile the file that holds it
+	// ("" without data directory).
+	CodecURL, CodecToken, CodecTokenFile string
+	// SandboxToken is the sandbox admin API's token and SandboxTokenFile
+	// the file that holds it (both "" with Options.SandboxURL).
+	SandboxToken, SandboxTokenFile string
+
+	codecSrv *http.Server
 	// Telemetry is the client's and worker's metrics and tracing; nil
 	// without Options.MetricsAddr and without an OTLP endpoint.
 	Telemetry *telemetry.Telemetry
@@ -114,12 +153,24 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, fmt.Errorf("make data directory %s: %w", dir, err)
 	}
 
+	if err := st.prepareSecrets(o, dir, o.DataDir != ""); err != nil {
+		return nil, err
+	}
+	codecSrv, err := st.startCodec(o.CodecAddr, log)
+	if err != nil {
+		return nil, err
+	}
+
 	st.Server, err = devserver.Start(ctx, devserver.Options{
 		DataDir: temporalDir, Port: o.Port, UIPort: o.UIPort,
 		SearchAttributes: sagaworker.SearchAttributes, Logger: log,
+		UICodec: devserver.UICodec{Endpoint: st.CodecURL, IncludeCredentials: true},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start embedded Temporal: %w", err)
+	}
+	if ui := st.Server.UIURL(); ui != "" {
+		codecSrv.AllowOrigins(ui)
 	}
 
 	st.SandboxURL = o.SandboxURL
@@ -128,10 +179,12 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		if o.DataDir != "" {
 			sbDir = filepath.Join(dir, "sandbox")
 		}
-		if st.Sandbox, err = sandbox.Start(ctx, sandbox.Options{Addr: o.SandboxAddr, Dir: sbDir, Logger: log}); err != nil {
+		if st.Sandbox, err = sandbox.Start(ctx, sandbox.Options{Addr: o.SandboxAddr, Dir: sbDir, Logger: log, Token: st.SandboxToken}); err != nil {
 			return nil, fmt.Errorf("start sandbox providers: %w", err)
 		}
 		st.SandboxURL = st.Sandbox.BaseURL()
+	} else {
+		st.SandboxToken, st.SandboxTokenFile = "", ""
 	}
 
 	st.LedgerDSN = o.Ledger
@@ -163,6 +216,8 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			st.MetricsURL = st.metrics.URL()
 		}
 	}
+	codec.ClientOptions(&copts, st.Keyring)
+	st.DataConverter = copts.DataConverter
 	st.Client, err = client.Dial(copts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to embedded Temporal: %w", err)
@@ -171,7 +226,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if tq == "" {
 		tq = workflows.TaskQueue
 	}
-	st.Plans = sagaclient.New(st.Client, sagaclient.Options{TaskQueue: tq, Catalog: st.Tools})
+	// sagaclient reads the plan fingerprint memo with the default data
+	// converter: hand it memos decoded.
+	st.Plans = sagaclient.New(codec.DecodeMemos(st.Client, codec.New(st.Keyring)), sagaclient.Options{TaskQueue: tq, Catalog: st.Tools})
 	if o.NoWorker {
 		return st, nil
 	}
@@ -214,6 +271,13 @@ func (s *Stack) Close() error {
 	}
 	if s.Server != nil {
 		errs = append(errs, s.Server.Stop())
+	}
+	if s.codecSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.codecSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop the codec server: %w", err))
+		}
+		cancel()
 	}
 	if s.tmp != "" {
 		errs = append(errs, os.RemoveAll(s.tmp))
