@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
 
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
@@ -64,4 +65,46 @@ func TestSessionAcrossContinueAsNew(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, reversed, "end failed reversed the payment and the invoice")
+}
+
+// Three reads of one turn run at once: their activity intervals overlap in
+// the session's history.
+func TestParallelReadsOverlapInHistory(t *testing.T) {
+	st := sharedStack(t)
+	ctx := testContext(t, time.Minute)
+	const session = "it-session-parallel"
+	var steps []plan.Step
+	for _, o := range []string{"ord_1001", "ord_1002", "ord_1003"} {
+		steps = append(steps, step(t, "query_order", map[string]any{"order_id": o}))
+	}
+	res, err := st.Plans.Turn(ctx, session, workflows.TurnRequest{Turn: 1, Parallel: true, Steps: steps}, sagaclient.SessionOptions{})
+	require.NoError(t, err)
+	require.Equal(t, workflows.TurnSucceeded, res.State, "%+v", res)
+
+	started := map[int64]time.Time{} // scheduled event id -> started time
+	var starts, ends []time.Time
+	it := st.Client.GetWorkflowHistory(ctx, workflows.SessionWorkflowID(session), "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		switch {
+		case ev.GetActivityTaskStartedEventAttributes() != nil:
+			started[ev.GetActivityTaskStartedEventAttributes().GetScheduledEventId()] = ev.GetEventTime().AsTime()
+		case ev.GetActivityTaskCompletedEventAttributes() != nil:
+			a := ev.GetActivityTaskCompletedEventAttributes()
+			starts = append(starts, started[a.GetScheduledEventId()])
+			ends = append(ends, ev.GetEventTime().AsTime())
+		}
+	}
+	require.Len(t, starts, 3, "three read activities")
+	latestStart, earliestEnd := starts[0], ends[0]
+	for i := range starts {
+		if starts[i].After(latestStart) {
+			latestStart = starts[i]
+		}
+		if ends[i].Before(earliestEnd) {
+			earliestEnd = ends[i]
+		}
+	}
+	require.True(t, latestStart.Before(earliestEnd), "every read started before any finished: %v / %v", starts, ends)
 }

@@ -524,7 +524,7 @@ func (c *Client) Turn(ctx context.Context, session string, t workflows.TurnReque
 	}
 	// Temporal answers a repeated Update ID with the first result: check it
 	// is this turn's, and read a waiting turn's current state.
-	fp, err := plan.Plan{SessionID: session, Turn: t.Turn, Steps: t.Steps}.Fingerprint()
+	fp, err := plan.Plan{SessionID: session, Turn: t.Turn, Parallel: t.Parallel, Steps: t.Steps}.Fingerprint()
 	if err != nil {
 		return res, err
 	}
