@@ -34,6 +34,7 @@ operator:
   cancel ID                             cancel a plan: it compensates what it did (terminate would not)
   exceptions [--older-than 15m]         the ledger's exception queue, with a hint per row
   audit KEY                             a ledger row and its audit trail of human decisions
+  report [--since 24h]                  the seeds' operating figures for a window, from the ledger
   ledger purge [--older-than 720h]      remove final ledger entries past retention
   operator keygen --name NAME --out FILE   make an operator's signing key; prints the operators-file entry
   operator show --key FILE              print the operators-file entry of a key
@@ -58,6 +59,7 @@ var synopsis = map[string]string{
 	"cancel":          "cancel ID: ask a plan to stop; it compensates what it did. (Terminating a workflow does NOT compensate.)",
 	"exceptions":      "exceptions: the ledger's exception queue, each row with a hint that fits its tool",
 	"audit":           "audit KEY: the ledger row of an operation key and its audit trail of human decisions",
+	"report":          "report [--since 24h]: the seeds' operating figures for a window, from the ledger (first attempts, replays, unknown outcomes and time to settle, holds, people's decisions and wait, exception queue, amounts in uncertainty)",
 	"ledger purge":    "ledger purge: remove final ledger entries completed longer ago than --older-than",
 	"operator keygen": "operator keygen --name NAME --out FILE: make an operator's Ed25519 signing key (file mode 0600) and print the entry for the worker's operators file",
 	"operator show":   "operator show --key FILE: print the operators-file entry of an existing key",
@@ -132,7 +134,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"run": cmdRun, "status": cmdStatus, "approve": cmdApprove, "resolve": cmdResolve, "cancel": cmdCancel,
 		"escalations": cmdEscalations, "exceptions": cmdExceptions, "audit": cmdAudit, "ledger": cmdLedger,
-		"operator": cmdOperator, "sandbox": cmdSandbox, "demo": cmdDemo,
+		"operator": cmdOperator, "sandbox": cmdSandbox, "demo": cmdDemo, "report": cmdReport,
 	}
 }
 
