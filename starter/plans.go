@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/operators"
@@ -57,11 +58,19 @@ func (c *conn) dial(key *operators.Key) (*sagaclient.Client, func(), error) {
 		return nil, nil, usageErr("%v", err)
 	}
 	opts.Logger = quietLogger()
+	cd, _, err := c.temporal.Codec()
+	if err != nil {
+		return nil, nil, usageErr("%v", err)
+	}
 	tc, err := client.Dial(opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to Temporal at %s: %w (start one with `go run ./worker --dev`, or set --address)", c.temporal.Address, err)
 	}
-	return sagaclient.New(tc, sagaclient.Options{TaskQueue: c.temporal.TaskQueue, Catalog: demotools.Specs(), Key: key}), tc.Close, nil
+	// Payloads are encrypted with the keyring config finds (--codec-keys,
+	// AGENTSAGA_CODEC_KEYS_FILE, AGENTSAGA_CODEC_KEYS, or worker --dev's
+	// under the data directory); sagaclient reads the fingerprint memo with
+	// the default converter, so it gets memos decoded.
+	return sagaclient.New(codec.DecodeMemos(tc, cd), sagaclient.Options{TaskQueue: c.temporal.TaskQueue, Catalog: demotools.Specs(), Key: key}), tc.Close, nil
 }
 
 func (c *conn) link(workflowID string) string {
@@ -87,19 +96,36 @@ func mintRequestID(p *plan.Plan) (bool, error) {
 	return true, nil
 }
 
-// readPlan reads, validates and completes the plan of `run` without any
-// connection.
+// readPlan is readPlanContext without cancellation.
 func readPlan(file string, stdin io.Reader) (plan.Plan, bool, error) {
-	r := stdin
-	if file != "-" {
-		f, err := os.Open(file)
-		if err != nil {
-			return plan.Plan{}, false, usageErr("run: open plan: %v", err)
-		}
-		defer f.Close()
-		r = f
+	return readPlanContext(context.Background(), file, stdin)
+}
+
+// readPlanContext reads, validates and completes the plan of `run` without
+// any connection. It reads at most the plan size limit + 1 byte (a plan
+// over the limit exits 2 naming it, so --plan /dev/zero ends at once) and
+// returns when ctx ends (Ctrl-C, SIGTERM), also while a fifo or a terminal
+// has nothing to give.
+func readPlanContext(ctx context.Context, file string, stdin io.Reader) (plan.Plan, bool, error) {
+	limits := plan.DefaultLimits()
+	var (
+		data []byte
+		err  error
+	)
+	if file == "-" {
+		data, err = plan.ReadLimited(ctx, stdin, limits.MaxPlanBytes)
+	} else {
+		data, err = plan.ReadFile(ctx, file, limits.MaxPlanBytes)
 	}
-	p, err := plan.Parse(r)
+	switch {
+	case errors.Is(err, plan.ErrTooLarge):
+		return plan.Plan{}, false, usageErr("run: the plan is over the plan size limit of %d bytes (max_plan_bytes): split it into several turns", limits.MaxPlanBytes)
+	case err != nil && ctx.Err() != nil:
+		return plan.Plan{}, false, &exitError{code: 1, err: fmt.Errorf("run: reading the plan was interrupted: %w", err)}
+	case err != nil:
+		return plan.Plan{}, false, usageErr("run: read the plan: %v", err)
+	}
+	p, err := plan.ParseBytes(data, limits)
 	if err != nil {
 		return plan.Plan{}, false, usageErr("%v", err)
 	}
@@ -126,7 +152,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	if *file == "" || len(pos) > 0 {
 		return usageErr("run: usage: run --plan FILE|- [--wait]")
 	}
-	p, minted, err := readPlan(*file, stdin)
+	p, minted, err := readPlanContext(ctx, *file, stdin)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -28,7 +29,7 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 		if _, err := parse(fs, args[1:], out); err != nil {
 			return err
 		}
-		effects, err := sandbox.NewClient(*base, nil).Effects(ctx, *provider)
+		effects, err := sandboxClient(*base).Effects(ctx, *provider)
 		if err != nil {
 			return fmt.Errorf("read effects from %s: %w (is the sandbox running? `go run ./worker --dev` starts one)", *base, err)
 		}
@@ -60,7 +61,7 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 		if _, err := parse(fs, args[1:], out); err != nil {
 			return err
 		}
-		c := sandbox.NewClient(*base, nil)
+		c := sandboxClient(*base)
 		if *clear {
 			if err := c.ClearFaults(ctx); err != nil {
 				return err
@@ -86,15 +87,51 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	case "serve":
 		addr := fs.String("addr", "127.0.0.1:8090", "listen address")
 		dir := fs.String("data-dir", envOr(config.EnvDataDir, ""), "keep the providers' SQLite files here (default in memory)")
+		tokenFile := fs.String("token-file", "", "write the admin API's token here, mode 0600 (default <data-dir>/"+sandbox.TokenFileName+", where `starter sandbox` looks; with env "+config.EnvSandboxToken+" set, that token is used and no file written)")
 		if _, err := parse(fs, args[1:], out); err != nil {
 			return err
 		}
+		token, where := os.Getenv(config.EnvSandboxToken), "env "+config.EnvSandboxToken
+		if token == "" {
+			var err error
+			if token, err = sandbox.NewToken(); err != nil {
+				return err
+			}
+			where = *tokenFile
+			if where == "" {
+				d := *dir
+				if d == "" {
+					d = config.DefaultDataDir()
+				}
+				if err := os.MkdirAll(d, 0o750); err != nil {
+					return fmt.Errorf("sandbox serve: make %s for the token file: %w (or give --token-file)", d, err)
+				}
+				where = filepath.Join(d, sandbox.TokenFileName)
+			}
+			if err := sandbox.WriteTokenFile(where, token); err != nil {
+				return fmt.Errorf("sandbox serve: %w (give another --token-file)", err)
+			}
+		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		return sandbox.Serve(ctx, sandbox.Options{Addr: *addr, Dir: *dir, Logger: log}, func(s *sandbox.Sandbox) {
-			fmt.Fprintf(out, "sandbox providers at %s (admin %s/admin)\n", s.BaseURL(), s.BaseURL())
+		return sandbox.Serve(ctx, sandbox.Options{Addr: *addr, Dir: *dir, Logger: log, Token: token}, func(s *sandbox.Sandbox) {
+			fmt.Fprintf(out, "sandbox providers at %s (admin %s/admin, token in %s)\n", s.BaseURL(), s.BaseURL(), where)
 		})
 	}
 	return usageErr("sandbox: unknown subcommand %q: give effects, fault or serve", sub)
+}
+
+// sandboxClient is an admin client of the sandbox at base with its token:
+// env AGENTSAGA_SANDBOX_TOKEN, else the token file worker --dev (or
+// `sandbox serve`) keeps in the data directory (env AGENTSAGA_DATA_DIR).
+func sandboxClient(base string) *sandbox.Client {
+	c := sandbox.NewClient(base, nil)
+	if os.Getenv(config.EnvSandboxToken) != "" {
+		return c
+	}
+	if tok, err := sandbox.ReadTokenFile(filepath.Join(config.DefaultDataDir(), sandbox.TokenFileName)); err == nil {
+		return c.WithToken(tok)
+	}
+	return c
 }
 
 func envOr(name, def string) string {
