@@ -1,0 +1,471 @@
+// Package mcpgw serves the registered tools to MCP clients (official Go SDK,
+// github.com/modelcontextprotocol/go-sdk): every tools/call becomes one
+// turn of the caller's AgentSession, so an agent that speaks MCP gets the
+// saga's operation keys, ledger, side-effect classes, reconcile, approval
+// and escalation without knowing about them.
+//
+// # Tools
+//
+// Every registered tool except reversals is listed, with an input JSON
+// Schema made from its tool.Schema (see InputSchema) and annotations from
+// its class (see Annotations).
+//
+// # Sessions, turns and keys
+//
+// A call is one turn of one step: turn T of session S runs under operation
+// key {S}:{T}:1:{tool}. The session is the _meta field MetaSession when the
+// client sends it, else the MCP session. The turn is named by the client
+// with MetaTurn or MetaKey (a resent call with the same _meta reaches the
+// same turn and key: the session answers it from its record, it never runs
+// twice), else numbered by the gateway (1, 2, ... per session, continuing
+// after the session's highest turn below KeyedTurnBase when the gateway
+// first meets a session).
+//
+// # The suspected-duplicate rule (calls without a key)
+//
+// The gateway remembers, per session, the last call of each write
+// (IDEMPOTENT_WRITE, CONDITIONAL_WRITE, NON_IDEMPOTENT_WRITE) with given
+// arguments (tool plus canonical args, plan.Fingerprint), with its turn and
+// time. A write call WITHOUT MetaTurn or MetaKey that is identical to a
+// remembered call made less than Options.DuplicateWindow (default 10
+// minutes) before it is treated so:
+//
+//   - if the client was not yet given that call's final result (it waited
+//     for a person, or its answer was lost), the call is a repeat of it: the
+//     earlier turn is sent again under its own key and its current result
+//     returned (still waiting, or final). Nothing new runs.
+//   - if the earlier call succeeded and the client was given that result,
+//     the call is HELD as a suspected duplicate: nothing is sent to the
+//     session and no effect is made; the result has isError true, state
+//     "held", says so in its text and carries the earlier call's turn, key
+//     and result (read again from the session). A person who decides a
+//     second effect is really wanted has it sent with a new MetaKey.
+//   - if the earlier call failed (it has no effect), the call runs as a new
+//     turn.
+//
+// Reads are never held. Calls with MetaTurn or MetaKey are never held: the
+// key says which calls are the same. The memory lives in the gateway
+// process (a call after a gateway restart is not compared with calls
+// before it: clients that retry across restarts should send keys).
+//
+// # Results
+//
+// The text content says what happened in words; structuredContent is a
+// Result; the result's _meta carries MetaSession, MetaTurn and
+// "agentsaga/operation_key". A call that waits for a person returns state
+// "waiting" (isError false) with the question and its card; calling again
+// the same way later returns the final result.
+package mcpgw
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/sagaclient"
+	"github.com/agentsaga/agentsaga/tool"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// Defaults of Options.
+const (
+	// DefaultDuplicateWindow is how long an identical write without a key
+	// counts as a suspected duplicate.
+	DefaultDuplicateWindow = 10 * time.Minute
+	// DefaultCallTimeout bounds how long one tools/call waits for its turn.
+	DefaultCallTimeout = 2 * time.Minute
+)
+
+// Plans is what the gateway needs of the saga; *sagaclient.Client is one.
+type Plans interface {
+	// Turn sends a turn with Update-with-Start (see sagaclient.Client.Turn).
+	Turn(ctx context.Context, session string, t workflows.TurnRequest, o sagaclient.SessionOptions) (workflows.TurnResult, error)
+	// Status reads a workflow's status (the session's turns, when the
+	// gateway first meets a session).
+	Status(ctx context.Context, workflowID string) (workflows.Status, error)
+}
+
+// Options configure the gateway. The zero value is usable.
+type Options struct {
+	// DuplicateWindow is how long an identical write without a key is held
+	// as a suspected duplicate (see the package documentation). Zero means
+	// DefaultDuplicateWindow.
+	DuplicateWindow time.Duration
+	// CallTimeout bounds how long a call waits for its turn to finish or
+	// to wait for a person; after it the call answers "no answer yet" and
+	// repeating it reads the turn. Zero means DefaultCallTimeout.
+	CallTimeout time.Duration
+	// Session configures the sessions the gateway starts (RequestedBy names
+	// the agent, so its own approval is refused: four eyes).
+	Session sagaclient.SessionOptions
+	// Limits are the plan limits the worker validates with; the schemas'
+	// bounds come from them. Zero fields mean their defaults.
+	Limits plan.Limits
+	// Now is the clock of the duplicate window; nil means time.Now.
+	Now func() time.Time
+	// Logger receives one line per held call and per failed call (tool,
+	// session, turn, key; never arguments). Nil discards.
+	Logger *slog.Logger
+	// Version is the server version announced to clients.
+	Version string
+}
+
+// gateway is the state behind the MCP server.
+type gateway struct {
+	plans  Plans
+	specs  tool.Specs
+	o      Options
+	log    *slog.Logger
+	mu     sync.Mutex
+	byConn map[*mcp.ServerSession]string // minted session of a connection without an ID
+	states map[string]*sessionState
+}
+
+// sessionState is what the gateway keeps of one AgentSession.
+type sessionState struct {
+	lock   chan struct{} // held by the call in progress: calls of a session queue
+	loaded bool          // next was read from the session
+	next   int           // next turn the gateway numbers
+	writes map[string]*record
+	used   time.Time
+}
+
+// record is the last write call with given arguments in a session.
+type record struct {
+	turn  int
+	step  plan.Step
+	at    time.Time
+	given string // state of the last result given to the client ("" if none)
+}
+
+// final reports whether the client was given the call's final result.
+func (r *record) final() bool {
+	return r.given == workflows.TurnSucceeded || r.given == workflows.TurnFailed
+}
+
+// New returns an MCP server that serves every registered, non-reversal tool
+// of tools, each tools/call a turn of the caller's AgentSession sent with
+// plans (a *sagaclient.Client). Serve it with (*mcp.Server).Run on a
+// transport (mcp.StdioTransport) or with mcp.NewStreamableHTTPHandler.
+func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
+	if plans == nil || tools == nil {
+		return nil, errors.New("mcpgw: plans and tools are required: pass a *sagaclient.Client and the worker's tool registry")
+	}
+	if o.DuplicateWindow < 0 || o.CallTimeout < 0 {
+		return nil, fmt.Errorf("mcpgw: duplicate window %s and call timeout %s must not be negative: use 0 for the defaults", o.DuplicateWindow, o.CallTimeout)
+	}
+	if err := o.Limits.Check(); err != nil {
+		return nil, fmt.Errorf("mcpgw: %w", err)
+	}
+	if o.DuplicateWindow == 0 {
+		o.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if o.CallTimeout == 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	o.Limits = o.Limits.WithDefaults()
+	g := &gateway{plans: plans, specs: tools.Specs(), o: o, log: o.Logger,
+		byConn: map[*mcp.ServerSession]string{}, states: map[string]*sessionState{}}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "agentsaga", Title: "agentsaga MCP gateway", Version: o.Version}, &mcp.ServerOptions{
+		Instructions: "Every tool call runs once per intent: a call resent with the same _meta \"agentsaga/key\" (a string you keep " +
+			"for the call) is answered from its first run. Without a key, an identical write repeated within " + o.DuplicateWindow.String() +
+			" after it succeeded is held as a suspected duplicate. A call that waits for a person says so; call it again the same way later for its result.",
+	})
+	for _, name := range tools.Names() {
+		spec := g.specs[name]
+		if spec.Reversal {
+			continue
+		}
+		s.AddTool(&mcp.Tool{
+			Name:        spec.Name,
+			Description: description(spec),
+			InputSchema: InputSchema(spec, o.Limits),
+			Annotations: Annotations(spec.Class),
+			Meta:        mcp.Meta{"agentsaga/class": string(spec.Class), "agentsaga/compensable": spec.Compensable()},
+		}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return g.call(ctx, spec, req), nil
+		})
+	}
+	return s, nil
+}
+
+// sessionOf returns the AgentSession of a call: the explicit one, else the
+// MCP session's.
+func (g *gateway) sessionOf(ss *mcp.ServerSession, explicit string) string {
+	if explicit != "" {
+		return explicit
+	}
+	if ss != nil {
+		if id := ss.ID(); id != "" {
+			sum := sha256.Sum256([]byte(id))
+			return "mcp-" + hex.EncodeToString(sum[:16])
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if id, ok := g.byConn[ss]; ok {
+		return id
+	}
+	id := "mcp-" + uuid.NewString()
+	if ss != nil {
+		g.byConn[ss] = id
+		go func() {
+			_ = ss.Wait()
+			g.mu.Lock()
+			delete(g.byConn, ss)
+			g.mu.Unlock()
+		}()
+	}
+	return id
+}
+
+// state returns the state of session, made on first use, and forgets
+// sessions idle for longer than the window whose calls were all answered.
+func (g *gateway) state(session string) *sessionState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.o.Now()
+	for id, st := range g.states {
+		if id != session && now.Sub(st.used) > g.o.DuplicateWindow && st.idle() {
+			delete(g.states, id)
+		}
+	}
+	st, ok := g.states[session]
+	if !ok {
+		st = &sessionState{lock: make(chan struct{}, 1), writes: map[string]*record{}}
+		g.states[session] = st
+	}
+	st.used = now
+	return st
+}
+
+// idle reports whether no call holds the session and every remembered
+// call's final result was given. Called with g.mu held.
+func (st *sessionState) idle() bool {
+	select {
+	case st.lock <- struct{}{}:
+		<-st.lock
+	default:
+		return false
+	}
+	for _, r := range st.writes {
+		if !r.final() {
+			return false
+		}
+	}
+	return true
+}
+
+// load sets the next turn the gateway numbers: after the session's highest
+// turn below KeyedTurnBase, or 1 for a session that does not exist yet.
+func (g *gateway) load(ctx context.Context, session string, st *sessionState) error {
+	if st.loaded {
+		return nil
+	}
+	s, err := g.plans.Status(ctx, workflows.SessionWorkflowID(session))
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		st.next = max(st.next, 1)
+	case err != nil:
+		return fmt.Errorf("read the turns of session %s before numbering a call: %w (is a worker running? send _meta %q to name the turn yourself)", session, err, MetaKey)
+	default:
+		high := 0
+		for _, step := range s.Steps {
+			if step.Turn < KeyedTurnBase {
+				high = max(high, step.Turn)
+			}
+		}
+		st.next = max(st.next, high+1)
+	}
+	st.loaded = true
+	return nil
+}
+
+// call runs one tools/call.
+func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolRequest) *mcp.CallToolResult {
+	out := Result{Tool: spec.Name}
+	meta, err := parseMeta(req.Params.Meta)
+	if err != nil {
+		return refusal(out, err.Error())
+	}
+	out.Session = g.sessionOf(req.Session, meta.session)
+	args, problems := g.checkArgs(spec, req.Params.Arguments)
+	if problems != "" {
+		return refusal(out, problems)
+	}
+	step := plan.Step{Tool: spec.Name, Args: args}
+	id, err := plan.Fingerprint(spec.Name, args)
+	if err != nil {
+		return refusal(out, err.Error())
+	}
+
+	st := g.state(out.Session)
+	select {
+	case st.lock <- struct{}{}:
+		defer func() { <-st.lock }()
+	case <-ctx.Done():
+		return refusal(out, "the call was cancelled while an earlier call of the session ran: nothing was sent")
+	}
+	now := g.o.Now()
+	write := spec.Class.IsWrite()
+	prev := st.writes[id]
+	if prev != nil && now.Sub(prev.at) >= g.o.DuplicateWindow {
+		delete(st.writes, id)
+		prev = nil
+	}
+
+	var rec *record
+	switch {
+	case meta.turn != 0:
+		out.Turn = meta.turn
+		if meta.turn < KeyedTurnBase {
+			st.next = max(st.next, meta.turn+1)
+		}
+		if write {
+			if prev != nil && prev.turn == meta.turn {
+				rec = prev
+			} else {
+				rec = &record{turn: meta.turn, step: step, at: now}
+			}
+		}
+	case write && prev != nil && !prev.final():
+		// A repeat of a call whose final result the client has not had:
+		// read that turn again under its own key.
+		out.Turn, rec = prev.turn, prev
+	case write && prev != nil && prev.given == workflows.TurnSucceeded:
+		return g.held(ctx, out, prev, now)
+	default:
+		if err := g.load(ctx, out.Session, st); err != nil {
+			return refusal(out, err.Error())
+		}
+		out.Turn = st.next
+		st.next++
+		if write {
+			rec = &record{turn: out.Turn, step: step, at: now}
+		}
+	}
+	if rec != nil {
+		st.writes[id] = rec
+	}
+	out.Key = plan.Key(out.Session, out.Turn, 1, spec.Name)
+
+	res, err := g.send(ctx, out.Session, out.Turn, meta.key, step)
+	if err != nil {
+		if rec != nil && rec != prev && refused(err) {
+			// The session refused the turn: nothing ran, so this call is
+			// not remembered (the earlier one, if any, is again).
+			if prev != nil {
+				st.writes[id] = prev
+			} else {
+				delete(st.writes, id)
+			}
+		}
+		return g.failure(out, err)
+	}
+	if rec != nil {
+		rec.given = res.State
+	}
+	return render(fill(out, res))
+}
+
+// send sends one turn of one step, bounded by the call timeout.
+func (g *gateway) send(ctx context.Context, session string, turn int, key string, step plan.Step) (workflows.TurnResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.o.CallTimeout)
+	defer cancel()
+	return g.plans.Turn(ctx, session, workflows.TurnRequest{Turn: turn, RequestID: key, Steps: []plan.Step{step}}, g.o.Session)
+}
+
+// held answers a suspected duplicate: nothing is sent as a new turn; the
+// earlier call's turn is read again (under its own key, answered from the
+// session's record).
+func (g *gateway) held(ctx context.Context, out Result, prev *record, now time.Time) *mcp.CallToolResult {
+	out.Turn = prev.turn
+	out.Key = plan.Key(out.Session, prev.turn, 1, out.Tool)
+	h := &Held{Reason: "suspected_duplicate", Turn: prev.turn, Key: out.Key, At: prev.at.UTC(),
+		Window: g.o.DuplicateWindow.String(), HeldUntil: prev.at.Add(g.o.DuplicateWindow).UTC()}
+	g.log.Warn("mcp: held a suspected duplicate write", "tool", out.Tool, "session", out.Session, "duplicate_of", out.Key, "age", now.Sub(prev.at).Round(time.Second))
+	res, err := g.send(ctx, out.Session, prev.turn, "", prev.step)
+	if err == nil {
+		out = fill(out, res)
+		h.EarlierState = res.State
+	} else {
+		h.EarlierState = "unread: " + err.Error()
+	}
+	out.State, out.Held = StateHeld, h
+	out.Message = fmt.Sprintf("HELD, NOT RUN: this %s call is identical (same tool, same arguments) to turn %d (key %s), which succeeded %s ago, "+
+		"and was sent without _meta %q, so it is held for a human as a suspected duplicate. No new effect was made. "+
+		"The earlier call's result follows. If a person confirms that a second, separate %s is wanted, send it with a new _meta %q; "+
+		"otherwise do not repeat it (an identical call stays held until %s).",
+		out.Tool, prev.turn, out.Key, now.Sub(prev.at).Round(time.Second), MetaKey, out.Tool, MetaKey, h.HeldUntil.Format(time.RFC3339))
+	r := render(out)
+	r.IsError = true
+	return r
+}
+
+// checkArgs returns the canonical args of a call, or every problem with
+// them in one message.
+func (g *gateway) checkArgs(spec tool.Spec, raw json.RawMessage) (json.RawMessage, string) {
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = json.RawMessage("{}")
+	}
+	args, err := plan.Canonical(raw)
+	if err != nil {
+		return nil, "arguments " + err.Error()
+	}
+	probs := spec.CheckArgs("arguments", raw, argLimits(spec, g.o.Limits))
+	if len(probs) == 0 {
+		return args, ""
+	}
+	msg := fmt.Sprintf("%s refused (%d problem(s)), nothing was run; fix and call again:", spec.Name, len(probs))
+	for _, p := range probs {
+		msg += " " + p.Error() + ";"
+	}
+	return nil, msg[:len(msg)-1]
+}
+
+// refused reports whether the session refused a turn (its validator: a
+// conflict, an ended session, a turn still waiting, a bad plan): nothing
+// ran.
+func refused(err error) bool {
+	var app *temporal.ApplicationError
+	var conflict *sagaclient.ConflictError
+	var v *plan.ValidationError
+	return errors.As(err, &app) || errors.As(err, &conflict) || errors.As(err, &v)
+}
+
+// failure answers a call whose turn was refused or not answered.
+func (g *gateway) failure(out Result, err error) *mcp.CallToolResult {
+	g.log.Warn("mcp: call not answered", "tool", out.Tool, "session", out.Session, "turn", out.Turn, "key", out.Key, "refused", refused(err), "error", err)
+	if refused(err) {
+		return refusal(out, fmt.Sprintf("the session refused turn %d (%s): nothing was run. %v", out.Turn, out.Key, err))
+	}
+	out.State, out.Error = StateNoAnswer, err.Error()
+	out.Message = fmt.Sprintf("NO ANSWER YET: turn %d (key %s) of session %s got no answer (%v). It may be running or may not have started. "+
+		"Call this tool again with the same arguments and the same _meta: the repeat reads this turn under the same key and never runs it twice.",
+		out.Turn, out.Key, out.Session, err)
+	r := render(out)
+	r.IsError = true
+	return r
+}
