@@ -65,6 +65,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -390,11 +391,29 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 	return render(fill(out, res))
 }
 
-// send sends one turn of one step, bounded by the call timeout.
+// runningPoll is how often a turn read again while it runs (a repeat sent
+// just after a person decided) is read until it settles.
+const runningPoll = 200 * time.Millisecond
+
+// send sends one turn of one step, bounded by the call timeout. A turn that
+// is running when read (the call repeats a turn a person has just approved)
+// is read again until it finishes or waits, within the timeout, so the
+// caller gets its result rather than "running".
 func (g *gateway) send(ctx context.Context, session string, turn int, key string, step plan.Step) (workflows.TurnResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.o.CallTimeout)
 	defer cancel()
-	return g.plans.Turn(ctx, session, workflows.TurnRequest{Turn: turn, RequestID: key, Steps: []plan.Step{step}}, g.o.Session)
+	t := workflows.TurnRequest{Turn: turn, RequestID: key, Steps: []plan.Step{step}}
+	for {
+		res, err := g.plans.Turn(ctx, session, t, g.o.Session)
+		if err != nil || res.State != workflows.TurnRunning {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, nil
+		case <-time.After(runningPoll):
+		}
+	}
 }
 
 // held answers a suspected duplicate: nothing is sent as a new turn; the
@@ -443,6 +462,16 @@ func (g *gateway) checkArgs(spec tool.Spec, raw json.RawMessage) (json.RawMessag
 		msg += " " + p.Error() + ";"
 	}
 	return nil, msg[:len(msg)-1]
+}
+
+// Handler returns the streamable HTTP handler of an MCP server made by New
+// (one MCP session per Mcp-Session-Id; sessions are kept while the process
+// runs, so a call that waits for a person can be repeated in its session).
+// The SDK refuses requests to a loopback listener whose Host header is not
+// a loopback name (DNS rebinding). The handler has no authentication: serve
+// it on loopback, or behind a proxy that authenticates.
+func Handler(s *mcp.Server) http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
 }
 
 // refused reports whether the session refused a turn (its validator: a

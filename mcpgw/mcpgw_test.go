@@ -35,6 +35,7 @@ type fakeSessions struct {
 	busy     bool                         // refuse every new turn as an open question would
 	lose     int                          // answer this many next Turn calls with a lost response (after running)
 	fail     map[string]bool              // tool -> its calls fail
+	running  int                          // answer this many next Turn calls with state running
 }
 
 type fakeTurn struct {
@@ -85,6 +86,12 @@ func (f *fakeSessions) Turn(ctx context.Context, session string, t workflows.Tur
 	if f.lose > 0 {
 		f.lose--
 		return workflows.TurnResult{}, context.DeadlineExceeded
+	}
+	if f.running > 0 {
+		f.running--
+		res := ft.res
+		res.State = workflows.TurnRunning
+		return res, nil
 	}
 	return ft.res, nil
 }
@@ -458,4 +465,14 @@ func TestMCPKeyTurn(t *testing.T) {
 	require.NotEqual(t, mcpgw.KeyTurn("call-1"), mcpgw.KeyTurn("call-2"))
 	require.Less(t, mcpgw.KeyTurn("call-1"), 2*mcpgw.KeyedTurnBase)
 	require.GreaterOrEqual(t, mcpgw.KeyTurn(fmt.Sprint(mcpgw.KeyedTurnBase)), mcpgw.KeyedTurnBase)
+}
+
+func TestMCPRunningTurnIsReadUntilItSettles(t *testing.T) {
+	f, c := newFake(), &clock{t: time.Unix(1_800_000_000, 0)}
+	cs := connect(t, f, c)
+	f.running = 2
+	_, r := call(t, cs, demotools.ApplyRefund, refund("ord_10", 100), nil)
+	require.Equal(t, workflows.TurnSucceeded, r.State, r.Message)
+	require.Equal(t, 3, f.sent, "read twice while running, then settled")
+	require.Equal(t, 1, f.count(demotools.ApplyRefund))
 }
