@@ -52,9 +52,15 @@ func plannerTS(t *testing.T) (node, dist string) {
 	}
 	dist, err = filepath.Abs(filepath.Join("..", "examples", "planner-ts", "dist"))
 	require.NoError(t, err)
-	for _, f := range []string{"main.js", "codec.js", "codec-cli.js"} {
-		if _, err := os.Stat(filepath.Join(dist, f)); err != nil {
+	for _, f := range []string{"main.js", "codec.js", "codec-cli.js", "contract.js"} {
+		js, err := os.Stat(filepath.Join(dist, f))
+		if err != nil {
 			missing("the TypeScript planner is not built (%v)", err)
+		}
+		ts, err := os.Stat(filepath.Join(dist, "..", "src", strings.TrimSuffix(f, ".js")+".ts"))
+		require.NoError(t, err, "the source of %s", f)
+		if ts.ModTime().After(js.ModTime()) {
+			missing("dist/%s is older than its source", f)
 		}
 	}
 	return node, dist
