@@ -372,6 +372,24 @@ func KeyringFromEnv() (*Keyring, error) {
 	return k, nil
 }
 
+// KeyringFromEnvironment reads the keyring file named by
+// $AGENTSAGA_CODEC_KEYS_FILE, else the keys in $AGENTSAGA_CODEC_KEYS, and
+// says which; nil, "", nil when neither is set.
+func KeyringFromEnvironment() (*Keyring, string, error) {
+	if f := os.Getenv(EnvKeysFile); f != "" {
+		k, err := KeyringFile(f)
+		if err != nil {
+			return nil, "", fmt.Errorf("env %s: %w", EnvKeysFile, err)
+		}
+		return k, f, nil
+	}
+	k, err := KeyringFromEnv()
+	if err != nil || k == nil {
+		return nil, "", err
+	}
+	return k, "env " + EnvKeys, nil
+}
+
 // LoadOrCreate reads the keyring file at path, or, when there is none,
 // generates a keyring of one key (id "dev-1") and writes it there with mode
 // 0600. created reports which happened.

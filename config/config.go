@@ -127,20 +127,15 @@ func (t Temporal) APIKeyState() string { return SecretState(t.APIKey, "--api-key
 // is configured: payloads are sent in plain and encrypted ones cannot be
 // read (the error then says how to configure keys).
 func (t Temporal) Keyring() (*codec.Keyring, string, error) {
-	file := t.CodecKeys
-	from := "--codec-keys " + file
-	if file == "" {
-		file, from = os.Getenv(EnvCodecKeysFile), "env "+EnvCodecKeysFile
-	}
-	if file != "" {
-		k, err := codec.KeyringFile(file)
+	if t.CodecKeys != "" {
+		k, err := codec.KeyringFile(t.CodecKeys)
 		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", from, err)
+			return nil, "", fmt.Errorf("--codec-keys: %w", err)
 		}
-		return k, file, nil
+		return k, t.CodecKeys, nil
 	}
-	if k, err := codec.KeyringFromEnv(); err != nil || k != nil {
-		return k, "env " + EnvCodecKeys, err
+	if k, from, err := codec.KeyringFromEnvironment(); err != nil || k != nil {
+		return k, from, err
 	}
 	if !isLoopback(t.Address) {
 		return nil, "off", nil

@@ -27,9 +27,18 @@ const (
 
 // prepareSecrets sets the keyring, the codec token and the sandbox token:
 // from the data directory (made there when missing) when persist is set,
-// else fresh in memory. Options.Keyring takes the keyring's place.
+// else fresh in memory. The keyring is Options.Keyring, else the one the
+// environment names ($AGENTSAGA_CODEC_KEYS_FILE, $AGENTSAGA_CODEC_KEYS),
+// else the data directory's (or a fresh one).
 func (st *Stack) prepareSecrets(o Options, dir string, persist bool) error {
 	var err error
+	if o.Keyring == nil {
+		// Every client of this machine reads these variables; the stack
+		// encrypts with what they name so that such clients read its plans.
+		if o.Keyring, _, err = codec.KeyringFromEnvironment(); err != nil {
+			return fmt.Errorf("payload keys: %w", err)
+		}
+	}
 	switch {
 	case o.Keyring != nil:
 		st.Keyring = o.Keyring

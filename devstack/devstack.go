@@ -8,7 +8,8 @@
 // configured to call it from the browser, and the secrets live in the data
 // directory, each made on first start with mode 0600:
 //
-//	<data-dir>/codec-keys.json       the keyring (KeysFile)
+//	<data-dir>/codec-keys.json       the keyring (KeysFile), unless the
+//	                                 environment names one (see Options.Keyring)
 //	<data-dir>/codec.token           the codec server's token (CodecTokenFile)
 //	<data-dir>/sandbox-admin.token   the sandbox admin API's token (SandboxTokenFile)
 //
@@ -69,8 +70,10 @@ type Options struct {
 	// Operators verifies who decides (an *operators.Keyring); nil accepts
 	// typed names, recorded as unverified.
 	Operators workflows.Verifier
-	// Keyring encrypts payloads with these keys instead of the data
-	// directory's (keys given with --codec-keys, say).
+	// Keyring encrypts payloads with these keys (keys given with
+	// --codec-keys, say). Nil means the keyring in $AGENTSAGA_CODEC_KEYS_FILE
+	// or $AGENTSAGA_CODEC_KEYS, else <DataDir>/codec-keys.json (made on
+	// first start), else, without DataDir, a fresh one in memory.
 	Keyring *codec.Keyring
 	// CodecAddr is where the codec server listens; empty picks a free port
 	// on 127.0.0.1.

@@ -68,6 +68,8 @@ func TestCloseNil(t *testing.T) {
 // encrypts, the codec endpoint decodes for the token only, and the Web UI is
 // pointed at it with the UI's origin allowed.
 func TestCodecOnByDefault(t *testing.T) {
+	t.Setenv(codec.EnvKeys, "")
+	t.Setenv(codec.EnvKeysFile, "")
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

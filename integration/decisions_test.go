@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/devstack"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/plan"
@@ -241,15 +242,12 @@ func uiCurrentDetails(ctx context.Context, t *testing.T, st *devstack.Stack, id 
 	raw := uiCall(ctx, t, st, http.MethodPost, path, map[string]any{"query": map[string]any{"queryType": "__temporal_workflow_metadata"}})
 	var resp struct {
 		QueryResult struct {
-			Payloads []struct {
-				Data string `json:"data"`
-			} `json:"payloads"`
+			Payloads []uiPayload `json:"payloads"`
 		} `json:"queryResult"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &resp), "%s", raw)
 	require.NotEmpty(t, resp.QueryResult.Payloads, "%s", raw)
-	data, err := base64.StdEncoding.DecodeString(resp.QueryResult.Payloads[0].Data)
-	require.NoError(t, err)
+	data := decodeAsTheUI(ctx, t, st, resp.QueryResult.Payloads[0])
 	var meta struct {
 		CurrentDetails string `json:"currentDetails"`
 	}
@@ -267,9 +265,7 @@ func uiActivitySummaries(ctx context.Context, t *testing.T, st *devstack.Stack, 
 		History struct {
 			Events []struct {
 				UserMetadata struct {
-					Summary struct {
-						Data string `json:"data"`
-					} `json:"summary"`
+					Summary uiPayload `json:"summary"`
 				} `json:"userMetadata"`
 			} `json:"events"`
 		} `json:"history"`
@@ -280,11 +276,79 @@ func uiActivitySummaries(ctx context.Context, t *testing.T, st *devstack.Stack, 
 		if e.UserMetadata.Summary.Data == "" {
 			continue
 		}
-		data, err := base64.StdEncoding.DecodeString(e.UserMetadata.Summary.Data)
-		require.NoError(t, err)
+		data := decodeAsTheUI(ctx, t, st, e.UserMetadata.Summary)
 		var s string
 		require.NoError(t, json.Unmarshal(data, &s), "%s", data)
 		out = append(out, s)
 	}
 	return strings.Join(out, "\n")
+}
+
+// uiPayload is a payload as the UI's HTTP API returns it: metadata values
+// and data in base64.
+type uiPayload struct {
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Data     string            `json:"data"`
+}
+
+// encoding returns the payload's encoding metadata.
+func (p uiPayload) encoding(t *testing.T) string {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(p.Metadata["encoding"])
+	require.NoError(t, err)
+	return string(b)
+}
+
+// decodeAsTheUI returns the data of p as the browser's UI gets it: an
+// encrypted payload is sent to the stack's codec endpoint with its token
+// (the UI sends the login cookie instead), a plain one is read as is.
+func decodeAsTheUI(ctx context.Context, t *testing.T, st *devstack.Stack, p uiPayload) []byte {
+	t.Helper()
+	if p.encoding(t) == codec.EncodingEncrypted {
+		out := codecCall(ctx, t, st, "/decode", st.CodecToken, []uiPayload{p})
+		require.Len(t, out, 1)
+		require.NotEqual(t, codec.EncodingEncrypted, out[0].encoding(t), "the codec endpoint did not decode")
+		p = out[0]
+	}
+	data, err := base64.StdEncoding.DecodeString(p.Data)
+	require.NoError(t, err)
+	return data
+}
+
+// codecCall POSTs payloads to the stack's codec endpoint as the Web UI does
+// (JSON, X-Namespace, the UI's origin) with token as bearer ("" for none)
+// and returns the answer's payloads; a non-200 answer fails the test.
+func codecCall(ctx context.Context, t *testing.T, st *devstack.Stack, path, token string, payloads []uiPayload) []uiPayload {
+	t.Helper()
+	status, out := codecPost(ctx, t, st, path, token, payloads)
+	require.Equal(t, http.StatusOK, status, "POST %s: %s", path, out)
+	var resp struct {
+		Payloads []uiPayload `json:"payloads"`
+	}
+	require.NoError(t, json.Unmarshal(out, &resp), "%s", out)
+	return resp.Payloads
+}
+
+// codecPost POSTs payloads to the stack's codec endpoint and returns the
+// status and body.
+func codecPost(ctx context.Context, t *testing.T, st *devstack.Stack, path, token string, payloads []uiPayload) (int, []byte) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"payloads": payloads})
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, st.CodecURL+path, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Namespace", st.Server.Namespace())
+	if ui := st.Server.UIURL(); ui != "" {
+		req.Header.Set("Origin", ui)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, out
 }

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
+	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/devstack"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
@@ -42,6 +43,12 @@ const (
 func TestMain(m *testing.M) {
 	if os.Getenv(envWorker) != "" {
 		os.Exit(runWorkerProcess())
+	}
+	// One keyring for every stack of this binary and its worker processes
+	// (they inherit the environment): payloads are encrypted end to end.
+	if err := shareKeyring(); err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	if dir := os.Getenv(envRecordHistories); dir != "" && code == 0 && shared.stack != nil {
@@ -78,12 +85,18 @@ func runWorkerProcess() int {
 		return fail("ledger: %v", err)
 	}
 	defer store.Close()
-	c, err := client.Dial(client.Options{
+	ring, _, err := codec.KeyringFromEnvironment()
+	if err != nil || ring == nil {
+		return fail("payload keys: %v (the test process sets %s)", err, codec.EnvKeys)
+	}
+	opts := client.Options{
 		HostPort:  os.Getenv(envTemporal),
 		Namespace: os.Getenv(envNamespace),
 		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr,
 			&slog.HandlerOptions{Level: slog.LevelWarn}))),
-	})
+	}
+	codec.ClientOptions(&opts, ring)
+	c, err := client.Dial(opts)
 	if err != nil {
 		return fail("connect to Temporal: %v", err)
 	}
@@ -101,6 +114,22 @@ func runWorkerProcess() int {
 	_, _ = io.Copy(io.Discard, os.Stdin) // returns when the parent closes stdin or dies
 	w.Stop()
 	return 0
+}
+
+// shareKeyring puts a fresh keyring in this process's environment
+// (AGENTSAGA_CODEC_KEYS), where every dev stack and worker process of the
+// tests finds it.
+func shareKeyring() error {
+	ring, err := codec.GenerateKeyring("it-1")
+	if err != nil {
+		return err
+	}
+	b, err := ring.MarshalKeyFile()
+	if err != nil {
+		return err
+	}
+	os.Unsetenv(codec.EnvKeysFile)
+	return os.Setenv(codec.EnvKeys, string(b))
 }
 
 // The shared stack of the seed checks and the UI check: one embedded
