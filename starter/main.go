@@ -44,6 +44,8 @@ sandbox:
   sandbox serve [--addr HOST:PORT]      run the sandbox providers standalone
 demo:
   demo [--ui] [--json]                  run the stories on an embedded Temporal server
+agents:
+  mcp (--http HOST:PORT | --stdio)      serve the tools to MCP clients, each call a turn of the caller's session
 
 Every command takes --json for machine-readable output (errors too). Temporal is reached with
 --address/--namespace (env TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE); the ledger with --ledger or
@@ -67,6 +69,7 @@ var synopsis = map[string]string{
 	"sandbox fault":   "sandbox fault --op OP --kind KIND: make the sandbox misbehave on the next calls",
 	"sandbox serve":   "sandbox serve: run the sandbox providers standalone",
 	"demo":            "demo: run the stories on an embedded Temporal server and check every count",
+	"mcp":             "mcp (--http HOST:PORT | --stdio): serve the registered tools to MCP clients; each tools/call is one turn of the caller's AgentSession (see README, MCP gateway)",
 }
 
 // exitError carries an exit code.
@@ -134,7 +137,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"run": cmdRun, "status": cmdStatus, "approve": cmdApprove, "resolve": cmdResolve, "cancel": cmdCancel,
 		"escalations": cmdEscalations, "exceptions": cmdExceptions, "audit": cmdAudit, "ledger": cmdLedger,
-		"operator": cmdOperator, "sandbox": cmdSandbox, "demo": cmdDemo, "report": cmdReport,
+		"operator": cmdOperator, "sandbox": cmdSandbox, "demo": cmdDemo, "mcp": cmdMCP, "report": cmdReport,
 	}
 }
 
