@@ -340,6 +340,16 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		return tool.Lookup{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
 	spec := t.Spec()
+	// A key the ledger never claimed was never sent by this engine: ask the
+	// provider (a purge may have forgotten a real effect) but create no
+	// row, so a reconcile never leaves a phantom row holding a guard scope.
+	if _, err := a.Ledger.Get(ctx, req.Key); errors.Is(err, ledger.ErrNotFound) {
+		look, lerr := a.lookup(ctx, t, req)
+		if lerr != nil {
+			return tool.Lookup{Status: tool.Unknown}, nil
+		}
+		return maskLookup(look), nil
+	}
 	executor := executorOf(info, req.Key)
 	claim, err := a.Ledger.Claim(ctx, a.claimRequest(info, req, spec, executor))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -214,17 +215,23 @@ func (r *run) runGroup(ctx, dctx workflow.Context, g []int) []int {
 	if len(g) == 1 {
 		ok[0] = r.runStep(ctx, dctx, g[0])
 	} else {
+		// A failed sibling withdraws the others' open approvals (they
+		// would only be reversed); calls in flight finish.
+		gctx, withdraw := workflow.WithCancel(ctx)
 		wg := workflow.NewWaitGroup(dctx)
 		for i, n := range g {
 			wg.Add(1)
-			workflow.Go(ctx, func(ctx workflow.Context) {
+			workflow.Go(gctx, func(ctx workflow.Context) {
 				defer wg.Done()
 				// Each coroutine blocks on a context of its own.
 				gd, _ := workflow.NewDisconnectedContext(ctx)
-				ok[i] = r.runStep(ctx, gd, n)
+				if ok[i] = r.runStep(ctx, gd, n); !ok[i] {
+					withdraw()
+				}
 			})
 		}
 		wg.Wait(dctx)
+		withdraw()
 	}
 	var failed []int
 	for i, n := range g {
@@ -257,6 +264,8 @@ type run struct {
 	// repeated identical decision (a double click) is recognised.
 	closed     map[string]Decision
 	lastClosed map[int]Decision // the decision that closed each step's latest question
+	refused    int              // refused signals so far
+	lastErr    map[int]string   // the error type that ended each failed step
 }
 
 func newRun(ctx workflow.Context, s *Saga, specs tool.Specs, p plan.Plan) (*run, error) {
@@ -265,7 +274,7 @@ func newRun(ctx workflow.Context, s *Saga, specs tool.Specs, p plan.Plan) (*run,
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidPlan", nil)
 	}
 	r := &run{
-		saga: s, specs: specs, plan: p, closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{},
+		saga: s, specs: specs, plan: p, closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{}, lastErr: map[int]string{},
 		st: Status{
 			WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: p.SessionID, Turn: p.Turn,
 			RequestID: redact.String(p.RequestID), PlanFingerprint: fp,
@@ -334,17 +343,17 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 		rule := r.approvalRule(spec, req.Args)
 		d, ok := r.askApproval(ctx, dctx, n, rule, rep)
 		if !ok {
-			return r.gaveUp(dctx, n)
+			return r.gaveUp(dctx, n, false)
 		}
 		if req.PermitID, ok = r.grant(dctx, n, d, rule); !ok {
-			return r.gaveUp(dctx, n)
+			return r.gaveUp(dctx, n, false)
 		}
 	}
 	calls := 0
 	for {
 		if ctx.Err() != nil {
 			st.State, st.LastError = ledger.FailedFinal, "plan cancelled before this step was called"
-			return r.gaveUp(dctx, n)
+			return r.gaveUp(dctx, n, false)
 		}
 		st.State = ledger.InProgress
 		calls++
@@ -354,6 +363,7 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 			return true
 		}
 		st.LastError, st.ErrorCode = errText(err), redact.String(activities.DetailOf(err).Code)
+		r.lastErr[n] = activities.ErrorType(err)
 		switch {
 		case activities.ErrorType(err) == activities.ErrHeld:
 			rep := r.checkGuard(dctx, req)
@@ -363,10 +373,10 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 			rule := "the ledger held the call: " + st.LastError
 			d, ok := r.askApproval(ctx, dctx, n, rule, rep)
 			if !ok {
-				return r.gaveUp(dctx, n)
+				return r.gaveUp(dctx, n, true)
 			}
 			if req.PermitID, ok = r.grant(dctx, n, d, rule); !ok {
-				return r.gaveUp(dctx, n)
+				return r.gaveUp(dctx, n, true)
 			}
 			calls--
 			continue
@@ -384,7 +394,7 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 				if calls >= maxCalls {
 					st.State = ledger.FailedFinal
 					st.LastError = fmt.Sprintf("gave up after %d calls: each ended without an effect at the provider (reconciled by key): %s", calls, st.LastError)
-					return r.gaveUp(dctx, n)
+					return r.gaveUp(dctx, n, false)
 				}
 				_ = workflow.Sleep(dctx, r.backoff(st.Key, calls, activities.DetailOf(err).RetryAfter))
 				continue
@@ -397,17 +407,23 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 			// mismatch for a person): never touch it.
 			return false
 		}
-		return r.gaveUp(dctx, n)
+		return r.gaveUp(dctx, n, false)
 	}
 }
 
 // gaveUp ends step n as failed without an effect and releases its ledger
-// row (a pending or held row would otherwise keep the guard scope).
-func (r *run) gaveUp(dctx workflow.Context, n int) bool {
+// row (a pending row, or the row the ledger held for approval when held is
+// set, would otherwise keep the guard scope). A row in needs_human for any
+// other reason is a person's to settle and is never touched.
+func (r *run) gaveUp(dctx workflow.Context, n int, held bool) bool {
 	st := r.step(n)
 	st.State, st.Waiting = ledger.FailedFinal, ""
 	if r.specs[st.Tool].Class.IsWrite() {
-		r.transition(dctx, st.Key, ledger.FailedFinal, "", ledger.Pending, ledger.NeedsHuman, ledger.FailedFinal)
+		from := []ledger.Status{ledger.Pending, ledger.FailedFinal}
+		if held {
+			from = append(from, ledger.NeedsHuman)
+		}
+		r.transition(dctx, st.Key, ledger.FailedFinal, "", from...)
 	}
 	return false
 }
@@ -467,7 +483,7 @@ func (r *run) settle(dctx workflow.Context, n int, spec tool.Spec, req activitie
 			return OutcomeSucceeded, false
 		case ok && look.Status == tool.Mismatch:
 			rule = fmt.Sprintf("the provider holds an effect under key %s made with other arguments (%s): it is not this step's", st.Key, look.Result.ExternalID)
-			answers = []string{string(OutcomeFailed), string(OutcomeRetry)}
+			answers = []string{string(OutcomeFailed)}
 		case ok:
 			r.settled(dctx, since, "reconcile")
 			return OutcomeRetry, false // authoritative absent: the same key may be sent again
@@ -566,6 +582,10 @@ func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 	if !spec.Class.IsWrite() || spec.NoLookup || st.State != ledger.FailedFinal || st.Attempts == 0 {
 		return
 	}
+	switch r.lastErr[n] {
+	case activities.ErrNoPermit, activities.ErrGuardRefused, activities.ErrAlreadyFinal, activities.ErrNotRegistered, activities.ErrHeld:
+		return // refused before anything was sent
+	}
 	look, err := r.reconcile(dctx, r.request(n), 0)
 	switch {
 	case err != nil:
@@ -577,12 +597,7 @@ func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 		st.LastError = "reported failed but the provider has the effect: " + msg
 	case look.Status == tool.Mismatch:
 		rule := fmt.Sprintf("the step failed and the provider holds an effect under key %s made with other arguments (%s): it is not reversed unless a person says it is this step's", st.Key, look.Result.ExternalID)
-		d := r.askResolve(dctx, n, QuestionOutcome, rule, []string{string(OutcomeFailed), string(OutcomeSucceeded)})
-		if d.Outcome == OutcomeSucceeded {
-			r.record(dctx, st.Key, ledger.Succeeded, d)
-			r.succeeded(n, d.ExternalID, nil)
-			return
-		}
+		d := r.askResolve(dctx, n, QuestionOutcome, rule, []string{string(OutcomeFailed)})
 		r.record(dctx, st.Key, ledger.FailedFinal, d)
 		st.State = ledger.FailedFinal
 	}
@@ -674,6 +689,7 @@ func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 		case OutcomeSucceeded:
 			st.State, st.Compensation.State, st.Compensation.ExternalID = ledger.Compensated, ledger.Succeeded, d.ExternalID
 			r.record(dctx, st.Key, ledger.Compensated, d)
+			r.settleReversalRow(dctx, st.Compensation.Key, d)
 			return
 		case OutcomeRetry:
 			// The reversal's row is final in the ledger: the person's
@@ -682,6 +698,7 @@ func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 			r.compensateStep(dctx, n)
 		default:
 			r.record(dctx, st.Key, ledger.CompensationFailed, d)
+			r.settleReversalRow(dctx, st.Compensation.Key, d)
 			return
 		}
 	}
@@ -689,6 +706,18 @@ func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 
 // errText is the text of an activity's failure for the status: masked by
 // the one redaction function, like the ledger's.
+// settleReversalRow closes the reversal's own ledger row once a person has
+// answered for it (reversed by hand, or left unreversed), so it does not
+// stay in the exception queue. Plans recorded before this change replay
+// unchanged.
+func (r *run) settleReversalRow(dctx workflow.Context, key string, d Decision) {
+	if workflow.GetVersion(dctx, versionReversalRowSettled, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	d.Note = strings.TrimSpace("reversal not run by the saga: " + d.Note)
+	r.record(dctx, key, ledger.FailedFinal, d)
+}
+
 func errText(err error) string {
 	var ae *temporal.ApplicationError
 	if errors.As(err, &ae) {

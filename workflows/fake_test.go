@@ -140,6 +140,15 @@ func (t *fakeTool) Execute(ctx context.Context, c tool.Call) (tool.Result, error
 		return tool.Result{}, tool.Fail(tool.KindUnavailable, "http_503", errors.New("503"))
 	case "not_sent":
 		return tool.Result{}, tool.Fail(tool.KindNotSent, "dial", errors.New("connection refused"))
+	case "conflict": // the provider's 422: key used before with other arguments
+		return tool.Result{}, tool.Fail(tool.KindConflict, "idempotency_key_mismatch", errors.New("keys for idempotent requests can only be used with the same parameters"))
+	case "throttled_90s":
+		e := tool.Fail(tool.KindUnavailable, "http_503", errors.New("503 retry after 90s"))
+		var te *tool.Error
+		if errors.As(e, &te) {
+			te.RetryAfter = 90 * time.Second
+		}
+		return tool.Result{}, e
 	case "reject_leaky": // a provider whose error text carries secrets
 		return tool.Result{}, tool.Fail(tool.KindRejected, "card_4111111111111111",
 			errors.New("declined card 4111 1111 1111 1111 for Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl key sk_live_51HxYzABCDEFGHIJKLMNOP"))
@@ -164,7 +173,11 @@ func (t *fakeTool) Execute(ctx context.Context, c tool.Call) (tool.Result, error
 	if fault == "commit_then_drop" {
 		return tool.Result{}, fmt.Errorf("read response: %w", context.DeadlineExceeded)
 	}
-	return tool.Result{ExternalID: e.ID, Data: json.RawMessage(`{"card_number":"4111 1111 1111 1111","id":"` + e.ID + `"}`)}, nil
+	data := map[string]any{}
+	_ = json.Unmarshal(c.Args, &data)
+	data["card_number"], data["id"] = "4111 1111 1111 1111", e.ID
+	b, _ := json.Marshal(data)
+	return tool.Result{ExternalID: e.ID, Data: b}, nil
 }
 
 func (t *fakeTool) Reconcile(ctx context.Context, key string) (tool.Lookup, error) {
@@ -172,11 +185,18 @@ func (t *fakeTool) Reconcile(ctx context.Context, key string) (tool.Lookup, erro
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.looks = append(p.looks, key)
-	if p.lookupDown || p.next(t.spec.Name+".lookup") == "lookup_unknown" {
+	fault := p.next(t.spec.Name + ".lookup")
+	if p.lookupDown || fault == "lookup_unknown" {
 		return tool.Lookup{Status: tool.Unknown}, nil
 	}
+	if fault == "lookup_other" { // someone else's effect under this key
+		return tool.Lookup{Status: tool.Found, Result: tool.Result{ExternalID: "other_1", Data: json.RawMessage(`{"order_id":"o1","amount_minor":777777}`)}}, nil
+	}
+	if fault == "lookup_lag" { // a lagging index: absent, but not on the provider's word
+		return tool.Lookup{Status: tool.Absent, Authoritative: false}, nil
+	}
 	if e, ok := p.effects[key]; ok {
-		return tool.Lookup{Status: tool.Found, Result: tool.Result{ExternalID: e.ID}}, nil
+		return tool.Lookup{Status: tool.Found, Result: tool.Result{ExternalID: e.ID, Data: e.Args}}, nil
 	}
 	return tool.Lookup{Status: tool.Absent, Authoritative: true}, nil
 }
@@ -219,11 +239,19 @@ func tools(p *provider) []tool.Tool {
 		s := tool.Spec{Name: name, Class: tool.IdempotentWrite, Reversal: true, Timeout: 10 * time.Second}
 		return s
 	}
+	deposit := specOf("deposit", tool.NonIdempotentWrite)
+	deposit.Compensator = "charge_reverse"
+	deposit.Guard = &tool.Guard{Scope: "deposit-per-order", Fields: []string{"order_id"}} // refuses, never holds
+	pay := specOf("pay", tool.IdempotentWrite)
+	pay.Compensator = "charge_reverse"
+	pay.Match = []tool.MatchField{{Arg: "amount_minor", Result: "amount_minor"}}
 	email := specOf("email", tool.NonIdempotentWrite)
 	email.NoLookup = true
 	return []tool.Tool{
 		&fakeTool{specOf("read_order", tool.Read), p},
 		&fakeTool{charge, p},
+		&fakeTool{pay, p},
+		&fakeTool{deposit, p},
 		&fakeTool{invoice, p},
 		&fakeTool{refund, p},
 		&fakeTool{specOf("ship", tool.IdempotentWrite), p},

@@ -147,7 +147,9 @@ func TestWriteTimeoutIsUnknownNotFailed(t *testing.T) {
 	env.OnActivity(activities.ExecuteToolName, mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, req activities.Request) (activities.Output, error) {
 			out, err := h.acts.ExecuteTool(ctx, req)
-			if req.Key == "c6:1:1:charge" && !timedOut {
+			if req.Key == "c6:1:1:charge" {
+				// Every attempt times out after the provider committed:
+				// the workflow must reconcile, never fail the step.
 				timedOut = true
 				return activities.Output{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil)
 			}
@@ -177,4 +179,90 @@ func TestProviderErrorTextIsMasked(t *testing.T) {
 	op, err := h.ledger.Get(context.Background(), "c8:1:1:ship")
 	require.NoError(t, err)
 	require.NotContains(t, op.ErrorCode, "4111111111111111")
+}
+
+// A provider key conflict (422) is never adopted: the failed step's
+// reconcile finds an effect made with other arguments under its key, and a
+// person is asked; nothing of it is reversed.
+func TestProviderConflictIsNeverAdopted(t *testing.T) {
+	h := newHarness(t)
+	h.p.fail("pay", "conflict")
+	h.p.fail("pay.lookup", "lookup_other")
+	env := h.env()
+	var seen workflows.Status
+	env.RegisterDelayedCallback(func() {
+		seen = status(t, env)
+		q := openQuestion(t, seen)
+		update(env, workflows.UpdateResolve, "r", workflows.ResolveSignal{Step: 2, QuestionID: q.ID, Outcome: workflows.OutcomeFailed, By: "ops", Note: "not ours"})
+	}, time.Hour)
+	st := run(t, env, newPlan("c9", step("charge", "o1", 100), step("pay", "o1", 100)))
+	q := openQuestion(t, seen)
+	require.Equal(t, workflows.QuestionOutcome, q.Kind)
+	require.Contains(t, q.Card.Rule, "other arguments")
+	require.Equal(t, []string{"failed"}, q.Answers)
+	require.Equal(t, workflows.SagaCompensated, st.State)
+	require.Equal(t, ledger.FailedFinal, st.Steps[1].State, "the other effect was not adopted")
+	require.Equal(t, []string{"c9:1:1:charge:compensate"}, h.p.callsOf("charge_reverse"), "only this plan's own effect was reversed")
+}
+
+// A lagging lookup (absent, not on the provider's word) never counts as
+// "not done": the non-idempotent write is not sent again.
+func TestNonAuthoritativeAbsentIsNotAbsent(t *testing.T) {
+	h := newHarness(t)
+	h.p.fail("refund", "commit_then_drop")
+	h.p.fail("refund.lookup", "lookup_lag", "lookup_lag", "lookup_lag")
+	st := run(t, h.env(), newPlan("c10", step("refund", "o1", 100)))
+	require.Equal(t, workflows.SagaSucceeded, st.State)
+	require.Len(t, h.p.callsOf("refund"), 1, "never resent on a lagging index")
+	require.Equal(t, 1, h.p.count("refund"))
+}
+
+// The workflow's own backoff honours the provider's Retry-After.
+func TestRetryAfterIsHonouredBetweenCalls(t *testing.T) {
+	h := newHarness(t)
+	h.p.fail("refund", "throttled_90s")
+	env := h.env()
+	start := env.Now()
+	st := run(t, env, newPlan("c11", step("refund", "o1", 100)))
+	require.Equal(t, workflows.SagaSucceeded, st.State)
+	require.Len(t, h.p.callsOf("refund"), 2)
+	require.GreaterOrEqual(t, env.Now().Sub(start), 90*time.Second, "the second call waited the 90 s the provider asked for")
+}
+
+// A step refused before anything was sent (here: by a guard that refuses)
+// leaves no ledger row behind: no phantom row holds the scope.
+func TestRefusedStepLeavesNoPhantomRow(t *testing.T) {
+	h := newHarness(t)
+	first := newPlan("c12a", step("refund", "o12", 100))
+	require.Equal(t, workflows.SagaSucceeded, run(t, h.env(), first).State)
+	second := newPlan("c12b", step("refund", "o12", 200))
+	env := h.env()
+	env.RegisterDelayedCallback(func() {
+		q := openQuestion(t, status(t, env))
+		update(env, workflows.UpdateApprove, "no", workflows.ApproveSignal{Step: 1, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "ops", Approved: false, Reason: "one refund per order"})
+	}, time.Minute)
+	st := run(t, env, second)
+	require.Equal(t, workflows.SagaFailed, st.State)
+	op, err := h.ledger.Get(context.Background(), "c12b:1:1:refund")
+	require.NoError(t, err, "the ledger held the second refund")
+	require.Equal(t, ledger.FailedFinal, op.Status, "a held row the person rejected is released, not left pending")
+	ops, err := h.ledger.InScope(context.Background(), op.GuardScope, 10)
+	require.NoError(t, err)
+	require.Len(t, ops, 2)
+	for _, o := range ops {
+		require.NotEqual(t, ledger.Pending, o.Status, "no pending row left in the scope: %+v", o)
+	}
+}
+
+// A call a guard refused never reached a provider: the failed step is not
+// reconciled into a phantom ledger row that would hold the scope.
+func TestGuardRefusedStepLeavesNoRow(t *testing.T) {
+	h := newHarness(t)
+	require.Equal(t, workflows.SagaSucceeded, run(t, h.env(), newPlan("c13a", step("deposit", "o13", 100))).State)
+	st := run(t, h.env(), newPlan("c13b", step("deposit", "o13", 200)))
+	require.Equal(t, workflows.SagaFailed, st.State)
+	require.Contains(t, st.Steps[0].LastError, "guard")
+	_, err := h.ledger.Get(context.Background(), "c13b:1:1:deposit")
+	require.ErrorIs(t, err, ledger.ErrNotFound, "no row for a call that was never sent")
+	require.Len(t, h.p.callsOf("deposit"), 1)
 }

@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
@@ -29,6 +30,9 @@ const (
 	// window is a double click, applied once (decisions with a question id
 	// are matched by id instead).
 	DoubleClickWindow = time.Minute
+	// MaxRefusedRecorded bounds how many refused signals a plan records in
+	// its status and audit trail; later ones are only counted and logged.
+	MaxRefusedRecorded = 50
 	// MaxClockSkew bounds how far a signed decision's sent_at may be from
 	// the workflow's time.
 	MaxClockSkew = 15 * time.Minute
@@ -50,6 +54,12 @@ const (
 	// versionParallelSteps: consecutive reads (or every step of a
 	// parallel plan) run at once.
 	versionParallelSteps = "parallel-steps"
+	// versionIdentityRecorded: the identity verdict of a decision is
+	// recorded whole (dev mode included) in a SideEffect.
+	versionIdentityRecorded = "identity-recorded"
+	// versionReversalRowSettled: a person's answer to a reversal question
+	// closes the reversal's own ledger row.
+	versionReversalRowSettled = "reversal-row-settled"
 )
 
 // register installs the status query, the decision Updates (with
@@ -83,6 +93,10 @@ func (r *run) register(ctx workflow.Context) error {
 		for {
 			var a ApproveSignal
 			approveCh.Receive(ctx, &a)
+			if err := r.tooEarly(ctx, a.Step, a.QuestionID); err != nil {
+				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
+				continue
+			}
 			if err := r.checkApprove(ctx, a, false); err != nil {
 				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
 				continue
@@ -97,6 +111,10 @@ func (r *run) register(ctx workflow.Context) error {
 		for {
 			var s ResolveSignal
 			resolveCh.Receive(ctx, &s)
+			if err := r.tooEarly(ctx, s.Step, s.QuestionID); err != nil {
+				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
+				continue
+			}
 			if err := r.checkResolve(ctx, s, false); err != nil {
 				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
 				continue
@@ -106,6 +124,16 @@ func (r *run) register(ctx workflow.Context) error {
 			}
 		}
 	})
+	return nil
+}
+
+// tooEarly refuses a signal without a question id that arrives in the same
+// workflow task as the question it would answer: it was sent before the
+// question existed (the task also delivered what opened it).
+func (r *run) tooEarly(ctx workflow.Context, step int, qid string) error {
+	if q := r.qs[step]; q != nil && qid == "" && q.OpenedAt.Equal(workflow.Now(ctx)) {
+		return refused("this signal arrived as question %s opened: it was sent before the question existed; send it again naming the question", q.ID)
+	}
 	return nil
 }
 
@@ -201,12 +229,66 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// identityVerdict is the recorded outcome of an identity check.
+type identityVerdict struct {
+	Verified bool   `json:"verified"`
+	Refused  string `json:"refused,omitempty"`
+}
+
+// verdict checks a decision's identity against the operators file: dev mode
+// (no file) accepts the typed name as unverified.
+func (r *run) verdict(by, action string, sentAt time.Time, msg []byte, sig string) identityVerdict {
+	v := r.saga.Operators
+	switch {
+	case v == nil:
+		return identityVerdict{}
+	case sig == "":
+		return identityVerdict{Refused: fmt.Sprintf("identity of %q not verified: the worker has an operators file: sign the decision (starter --key FILE); an unsigned name is not accepted", by)}
+	case sentAt.IsZero():
+		return identityVerdict{Refused: fmt.Sprintf("identity of %q not verified: sent_at is missing from the signed decision", by)}
+	}
+	if err := v.Verify(by, action, msg, sig); err != nil {
+		return identityVerdict{Refused: fmt.Sprintf("identity of %q not verified: %v", by, err)}
+	}
+	return identityVerdict{Verified: true}
+}
+
+// fresh refuses a signed decision whose sent_at is far from now.
+func (r *run) fresh(ctx workflow.Context, sentAt time.Time, verified bool) error {
+	if !verified {
+		return nil
+	}
+	if skew := workflow.Now(ctx).Sub(sentAt); skew > MaxClockSkew || skew < -MaxClockSkew {
+		return refused("sent_at %s is %s away from now: sign a fresh decision", sentAt.Format(time.RFC3339), skew.Round(time.Second))
+	}
+	return nil
+}
+
 // identify checks who sent a decision. With an operators file the signature
 // must verify; without one the typed name is accepted as unverified. In a
 // validator it calls the verifier directly; elsewhere through SideEffect, so
 // a replay sees the verdict the first run saw even if the file changed.
 func (r *run) identify(ctx workflow.Context, by, action string, sentAt time.Time, msg []byte, sig string, validating bool) (bool, error) {
 	v := r.saga.Operators
+	if !validating && workflow.GetVersion(ctx, versionIdentityRecorded, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+		// The whole verdict, dev mode included, is recorded: adding or
+		// removing an operators file never changes a plan's replay.
+		var got identityVerdict
+		if err := workflow.SideEffect(ctx, func(workflow.Context) any { return r.verdict(by, action, sentAt, msg, sig) }).Get(&got); err != nil {
+			return false, refused("identity check could not be read: %v", err)
+		}
+		if got.Refused != "" {
+			return false, refused("%s", got.Refused)
+		}
+		return got.Verified, r.fresh(ctx, sentAt, got.Verified)
+	}
+	if validating {
+		got := r.verdict(by, action, sentAt, msg, sig)
+		if got.Refused != "" {
+			return false, refused("%s", got.Refused)
+		}
+		return got.Verified, r.fresh(ctx, sentAt, got.Verified)
+	}
 	if v == nil {
 		return false, nil
 	}
@@ -268,6 +350,9 @@ func (r *run) approveTarget(ctx workflow.Context, a ApproveSignal, validating bo
 	if err != nil || dup != nil {
 		return nil, false, err
 	}
+	if a.Signature != "" && a.QuestionID == "" {
+		return nil, false, refused("a signed decision must name its question (question_id): a signature answers one question only")
+	}
 	if a.Fingerprint != q.Fingerprint {
 		return nil, false, refused("fingerprint %q is not step %d's %s: the arguments differ from what was shown; approve the current fingerprint", a.Fingerprint, q.Step, q.Fingerprint)
 	}
@@ -323,6 +408,9 @@ func (r *run) resolveTarget(ctx workflow.Context, s ResolveSignal, validating bo
 	if err != nil || dup != nil {
 		return nil, false, err
 	}
+	if s.Signature != "" && s.QuestionID == "" {
+		return nil, false, refused("a signed decision must name its question (question_id): a signature answers one question only")
+	}
 	if !contains(q.Answers, string(s.Outcome)) {
 		return nil, false, refused("question %s accepts %s, not %q", q.ID, strings.Join(q.Answers, ", "), s.Outcome)
 	}
@@ -371,7 +459,7 @@ func (r *run) checkSucceeded(ctx workflow.Context, q *question, d *Decision) err
 	defer func() { q.checking = false }()
 	opts := bookkeeping
 	opts.Summary = "check a person's succeeded for " + q.Key
-	opts.RetryPolicy = nil
+	opts.RetryPolicy = &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumAttempts: 3}
 	opts.StartToCloseTimeout = spec.Timeout + 5*time.Second
 	var look tool.Lookup
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.LookupToolName, r.request(q.Step)).Get(ctx, &look)
@@ -404,9 +492,14 @@ func (r *run) duplicate(qid string, step int) DecisionResult {
 // refuse records a signal that was not applied, with the time it arrived,
 // in the step (when it names one) and in the ledger's audit trail.
 func (r *run) refuse(ctx workflow.Context, kind string, step int, qid, by string, sentAt time.Time, note string, why error) {
-	d := Decision{Kind: kind, QuestionID: clip(qid, MaxQuestionIDLen), By: clip(by, MaxByLen), SentAt: sentAt, At: workflow.Now(ctx),
+	r.refused++
+	workflow.GetLogger(ctx).Warn("decision refused", "step", step, "kind", kind, "reason", redact.String(why.Error()))
+	r.count(ctx, MetricDecisions, map[string]string{"kind": "refused", "outcome": ""})
+	if r.refused > MaxRefusedRecorded {
+		return // counted, not recorded: a flood of signals never grows the history without bound
+	}
+	d := Decision{Kind: kind, QuestionID: printable(clip(qid, MaxQuestionIDLen)), By: printable(clip(by, MaxByLen)), SentAt: sentAt, At: workflow.Now(ctx),
 		Note: redact.String(clip(note, MaxNoteLen)), Refused: redact.String(why.Error())}
-	workflow.GetLogger(ctx).Warn("decision refused", "step", step, "kind", kind, "reason", why.Error())
 	key := ""
 	if step >= 1 && step <= len(r.st.Steps) {
 		st := r.step(step)
@@ -414,7 +507,17 @@ func (r *run) refuse(ctx workflow.Context, kind string, step int, qid, by string
 		key = st.Key
 	}
 	r.audit(ctx, key, d, nil)
-	r.count(ctx, MetricDecisions, map[string]string{"kind": "refused", "outcome": ""})
+}
+
+// printable masks secrets and replaces control characters, for text a
+// refused sender chose.
+func printable(s string) string {
+	return strings.Map(func(c rune) rune {
+		if unicode.IsControl(c) || c == utf8.RuneError {
+			return '?'
+		}
+		return c
+	}, redact.String(s))
 }
 
 func clip(s string, n int) string {
@@ -535,7 +638,7 @@ func (r *run) askApproval(ctx, dctx workflow.Context, n int, rule string, rep ac
 	case q.decision != nil:
 		d = *q.decision
 	case err != nil:
-		d = Decision{Kind: "expire", QuestionID: q.ID, By: System, At: workflow.Now(dctx), Note: "plan cancelled while waiting for approval"}
+		d = Decision{Kind: "expire", QuestionID: q.ID, By: System, At: workflow.Now(dctx), Note: "withdrawn while waiting for approval: the plan was cancelled or a step running beside it failed"}
 	case !answered:
 		d = Decision{Kind: "expire", QuestionID: q.ID, By: System, At: workflow.Now(dctx), Note: fmt.Sprintf("approval expired after %s without an answer: counted as rejected", window)}
 	}
@@ -592,7 +695,7 @@ func (r *run) checkGuard(ctx workflow.Context, req activities.Request) activitie
 	}
 	opts := bookkeeping
 	opts.Summary = "guard check " + req.Key
-	opts.RetryPolicy = nil
+	opts.RetryPolicy = &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumAttempts: 3}
 	var rep activities.GuardReport
 	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.CheckGuardName, req).Get(ctx, &rep); err != nil {
 		workflow.GetLogger(ctx).Warn("guard check failed", "key", req.Key, "error", err)

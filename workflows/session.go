@@ -121,7 +121,7 @@ func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, erro
 		return Status{}, temporal.NewNonRetryableApplicationError("session_id is required", "InvalidSession", nil)
 	}
 	r := &run{
-		saga: s, specs: pin.Specs, closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{},
+		saga: s, specs: pin.Specs, closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{}, lastErr: map[int]string{},
 		plan: plan.Plan{SessionID: in.SessionID, RequestedBy: in.RequestedBy},
 		st:   Status{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: in.SessionID},
 	}
