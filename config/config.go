@@ -38,6 +38,8 @@ const (
 	EnvDataDir    = "AGENTSAGA_DATA_DIR"
 	// EnvOperators names the operators file (see package operators).
 	EnvOperators = "AGENTSAGA_OPERATORS"
+	// EnvMetricsAddr is where the worker serves Prometheus metrics.
+	EnvMetricsAddr = "AGENTSAGA_METRICS_ADDR"
 	// EnvCodecKeysFile names the payload codec's keyring file.
 	EnvCodecKeysFile = codec.EnvKeysFile
 	// EnvCodecKeys holds the payload codec's keyring inline (a secret).

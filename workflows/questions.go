@@ -527,6 +527,14 @@ func clip(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
+// closedQuestion returns the question a decision just closed, if known.
+func (r *run) closedQuestion(id string) *Question {
+	if q, ok := r.justClosed[id]; ok {
+		return &q
+	}
+	return nil
+}
+
 // openList returns the open questions, oldest first.
 func (r *run) openList() []Question {
 	var out []Question
@@ -573,6 +581,7 @@ func (r *run) open(ctx workflow.Context, n int, kind, rule string, answers []str
 func (r *run) close(ctx workflow.Context, q *question, d Decision) {
 	delete(r.qs, q.Step)
 	r.st.Questions = r.openList()
+	r.justClosed = map[string]Question{q.ID: q.Question}
 	r.closed[q.ID] = d
 	r.lastClosed[q.Step] = d
 	st := r.step(q.Step)
@@ -597,6 +606,9 @@ func (r *run) audit(ctx workflow.Context, key string, d Decision, card *Card) {
 	}
 	if card != nil {
 		rec.Card, _ = json.Marshal(card)
+	}
+	if q := r.closedQuestion(d.QuestionID); q != nil {
+		rec.OpenedAt = q.OpenedAt
 	}
 	opts := bookkeeping
 	opts.Summary = "audit " + rec.Kind + " " + key
