@@ -45,8 +45,9 @@
 //
 // Reads are never held. Calls with MetaTurn or MetaKey are never held: the
 // key says which calls are the same. The memory lives in the gateway
-// process (a call after a gateway restart is not compared with calls
-// before it: clients that retry across restarts should send keys).
+// process: a call after a gateway restart is not compared with calls
+// before it, and a new MCP session is a new AgentSession, so clients that
+// retry across restarts or sessions should send MetaSession and MetaKey.
 //
 // # Results
 //
@@ -438,6 +439,10 @@ func (g *gateway) held(ctx context.Context, out Result, prev *record, now time.T
 		"The earlier call's result follows. If a person confirms that a second, separate %s is wanted, send it with a new _meta %q; "+
 		"otherwise do not repeat it (an identical call stays held until %s).",
 		out.Tool, prev.turn, out.Key, now.Sub(prev.at).Round(time.Second), MetaKey, out.Tool, MetaKey, h.HeldUntil.Format(time.RFC3339))
+	out.Message += fmt.Sprintf("\nearlier call: %s%s", h.EarlierState, ext(out.ExternalID))
+	if len(out.Data) > 0 {
+		out.Message += "\nearlier result: " + string(out.Data)
+	}
 	r := render(out)
 	r.IsError = true
 	return r

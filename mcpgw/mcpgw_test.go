@@ -260,6 +260,7 @@ func TestMCPUnkeyedIdenticalWriteIsHeldWithinTheWindow(t *testing.T) {
 	require.Equal(t, mcpgw.StateHeld, r2.State, r2.Message)
 	require.Contains(t, r2.Message, "HELD, NOT RUN")
 	require.Contains(t, r2.Message, "suspected duplicate")
+	require.Contains(t, r2.Message, "earlier result: "+string(r1.Data))
 	require.Equal(t, r1.Key, r2.Held.Key)
 	require.Equal(t, r1.ExternalID, r2.ExternalID, "the held call carries the earlier call's result")
 	require.Equal(t, 1, f.count(demotools.ApplyRefund), "one refund")
@@ -344,6 +345,7 @@ func TestMCPWaitingCallReturnsTheCardAndItsRepeatTheFinalResult(t *testing.T) {
 	require.Contains(t, w.Message, "WAITING FOR A HUMAN")
 	require.Contains(t, w.Message, "600.00 EUR")
 	require.Contains(t, w.Message, "approval above 500.00")
+	require.Contains(t, w.Message, "starter approve agent-session:"+w.Session+" --step 1")
 	require.Equal(t, 0, f.count(demotools.ApplyRefund))
 
 	_, still := call(t, cs, demotools.ApplyRefund, refund("ord_5", 60000), nil)
@@ -402,14 +404,30 @@ func TestMCPRefusedOrFailedCallIsNotRemembered(t *testing.T) {
 	require.Equal(t, failed.Turn+1, retried.Turn)
 }
 
+// Four clients (four MCP connections to one gateway) name one session and
+// send the same refund at once: calls of a session queue, so one runs and
+// the others see it.
 func TestMCPConcurrentIdenticalCallsMakeOneEffect(t *testing.T) {
 	f, c := newFake(), &clock{t: time.Unix(1_800_000_000, 0)}
-	cs := connect(t, f, c)
+	reg, err := demotools.Registry(demotools.Config{})
+	require.NoError(t, err)
+	srv, err := mcpgw.New(f, reg, mcpgw.Options{Now: c.now})
+	require.NoError(t, err)
+	clients := make([]*mcp.ClientSession, 4)
+	for i := range clients {
+		st, ct := mcp.NewInMemoryTransports()
+		ss, err := srv.Connect(t.Context(), st, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = ss.Close() })
+		clients[i], err = mcp.NewClient(&mcp.Implementation{Name: "mcpgw-test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = clients[i].Close() })
+	}
 	var wg sync.WaitGroup
-	states := make([]string, 4)
-	for i := range states {
+	states := make([]string, len(clients))
+	for i, cs := range clients {
 		wg.Go(func() {
-			res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: demotools.ApplyRefund, Arguments: refund("ord_8", 900)})
+			res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: demotools.ApplyRefund, Arguments: refund("ord_8", 900), Meta: mcp.Meta{mcpgw.MetaSession: "shared"}})
 			if err == nil {
 				states[i] = res.StructuredContent.(map[string]any)["state"].(string)
 			}

@@ -130,7 +130,11 @@ func waitingText(out Result) string {
 			line("expires", q.ExpiresAt.UTC().Format(time.RFC3339))
 		}
 	}
-	b.WriteString("\nA person decides (for example `starter approve " + workflows.SessionWorkflowID(out.Session) + " --step N`). " +
+	step := "N"
+	if out.Question != nil {
+		step = fmt.Sprint(out.Question.Step)
+	}
+	b.WriteString("\nA person decides (for example `starter approve " + workflows.SessionWorkflowID(out.Session) + " --step " + step + "`). " +
 		"Call this tool again later with the same arguments and the same _meta to read the final result; it will not run twice.")
 	return b.String()
 }
