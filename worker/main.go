@@ -27,11 +27,13 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/devstack"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/operators"
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/telemetry"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -60,7 +62,8 @@ func run(ctx context.Context, args []string) error {
 	dataDir := fs.String("data-dir", config.DefaultDataDir(), "with --dev: where Temporal, the ledger and the sandbox keep their data (env "+config.EnvDataDir+")")
 	port := fs.Int("port", 7233, "with --dev: Temporal frontend port")
 	uiPort := fs.Int("ui-port", config.DefaultUIPort, "with --dev: Temporal Web UI port")
-	ledgerDSN := fs.String("ledger", os.Getenv(config.EnvLedger), "ledger: sqlite:PATH or postgres://... (env "+config.EnvLedger+"; default sqlite under --data-dir)")
+	var ledgerFlag string
+	config.RegisterLedger(fs, &ledgerFlag, "default sqlite under --data-dir")
 	sandboxAddr := fs.String("sandbox-addr", "127.0.0.1:8090", "with --dev: where the sandbox providers listen")
 	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers (env "+config.EnvSandboxURL+"; --dev starts its own)")
 	operatorsFile := fs.String("operators", os.Getenv(config.EnvOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+config.EnvOperators+"; without it typed names are recorded as unverified)")
@@ -82,7 +85,10 @@ func run(ctx context.Context, args []string) error {
 	if *verbose {
 		level = slog.LevelInfo
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// One redaction function on every log line, the SDK's included.
+	log := slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+	ledgerDSN := config.LedgerDSN(ledgerFlag)
+	t.DataDir = *dataDir
 	// A nil *operators.Keyring must not reach the interface: a typed nil
 	// would be a non-nil Verifier that refuses every decision.
 	var verifier workflows.Verifier
@@ -96,15 +102,23 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	if *dev {
+		var ring *codec.Keyring
+		if t.CodecKeys != "" {
+			var err error
+			if ring, _, err = t.Keyring(); err != nil {
+				return usageError{fmt.Errorf("--codec-keys: %w", err)}
+			}
+		}
 		st, err := devstack.Start(ctx, devstack.Options{
-			DataDir: *dataDir, Port: *port, UIPort: *uiPort, Ledger: *ledgerDSN, SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr,
-			TaskQueue: t.TaskQueue, Logger: log, Operators: verifier, MetricsAddr: *metricsAddr,
+			DataDir: *dataDir, Port: *port, UIPort: *uiPort, Ledger: ledgerDSN, SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr,
+			TaskQueue: t.TaskQueue, Logger: log, Operators: verifier, MetricsAddr: *metricsAddr, Keyring: ring,
 		})
 		if err != nil {
 			return err
 		}
-		fmt.Printf("agentsaga dev worker ready\n  Temporal   %s (namespace %s)\n  Web UI     %s\n  sandbox    %s\n  ledger     %s\n  task queue %s\n  data       %s\n  metrics    %s\nCtrl-C stops.\n",
-			st.Server.FrontendAddr(), st.Server.Namespace(), st.Server.UIURL(), st.SandboxURL, config.SafeDSN(st.LedgerDSN), t.TaskQueue, *dataDir, orOff(st.MetricsURL))
+		fmt.Printf("agentsaga dev worker ready\n  Temporal   %s (namespace %s)\n  Web UI     %s\n  codec      %s (log in once at %s/login with the token in %s; keys in %s)\n  sandbox    %s (admin token in %s)\n  ledger     %s\n  task queue %s\n  data       %s\n  metrics    %s\nCtrl-C stops.\n",
+			st.Server.FrontendAddr(), st.Server.Namespace(), st.Server.UIURL(), st.CodecURL, st.CodecURL, st.CodecTokenFile, st.KeysFile,
+			st.SandboxURL, st.SandboxTokenFile, config.SafeDSN(st.LedgerDSN), t.TaskQueue, *dataDir, orOff(st.MetricsURL))
 		<-ctx.Done()
 		fmt.Println("stopping")
 		return st.Close()
@@ -113,7 +127,7 @@ func run(ctx context.Context, args []string) error {
 	if *sandboxURL == "" {
 		return usageError{fmt.Errorf("--sandbox-url (or %s) is required without --dev: the demo tools call the sandbox providers", config.EnvSandboxURL)}
 	}
-	dsn := *ledgerDSN
+	dsn := ledgerDSN
 	if dsn == "" {
 		dsn = config.DefaultLedger(*dataDir)
 		if err := os.MkdirAll(*dataDir, 0o750); err != nil {
@@ -175,8 +189,12 @@ func run(ctx context.Context, args []string) error {
 	if verifier != nil {
 		identity = "signed by an operator in " + *operatorsFile
 	}
-	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s\ndecisions: %s\nmetrics: %s, traces: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), identity,
-		orOff(metricsURL), tracing(tel))
+	payloads := "plain (no --codec-keys: set a keyring to encrypt history)"
+	if ring, src, err := t.Keyring(); err == nil && ring != nil {
+		payloads = fmt.Sprintf("encrypted with key %s (%s)", ring.Current(), src)
+	}
+	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s, API key %s\ndecisions: %s\npayloads: %s\nmetrics: %s, traces: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), t.APIKeyState(), identity,
+		payloads, orOff(metricsURL), tracing(tel))
 	<-ctx.Done()
 	w.Stop()
 	return nil
