@@ -201,12 +201,10 @@ func (e *RejectedError) Error() string {
 // question, same decider, same answer) always gets the same ID, so a double
 // click is one Update and is applied once.
 func DecisionUpdateID(questionID, by, answer string) string {
-	id := "decision:" + questionID + ":" + by + ":" + answer
-	if len(id) > 400 {
-		sum := sha256.Sum256([]byte(id))
-		id = "decision:sha256:" + hex.EncodeToString(sum[:])
-	}
-	return id
+	// Update IDs are stored in plain text by the server (payloads are
+	// encrypted, IDs are not): hash the decider's name and answer away.
+	sum := sha256.Sum256([]byte(questionID + "\x00" + by + "\x00" + answer))
+	return "decision:" + hex.EncodeToString(sum[:16])
 }
 
 func approveAnswer(a workflows.ApproveSignal) string {

@@ -119,7 +119,7 @@ func TestSignedApprovalAnswersTheOpenQuestion(t *testing.T) {
 	u := f.updates[0]
 	require.Equal(t, workflows.UpdateApprove, u.UpdateName)
 	require.Equal(t, wf, u.WorkflowID)
-	require.Equal(t, "decision:q-3-approval-1:alice:approve", u.UpdateID)
+	require.Equal(t, DecisionUpdateID("q-3-approval-1", "alice", "approve"), u.UpdateID)
 	require.Equal(t, client.WorkflowUpdateStageCompleted, u.WaitForStage)
 	sent := u.Args[0].(workflows.ApproveSignal)
 	require.Equal(t, "q-3-approval-1", sent.QuestionID)
@@ -156,12 +156,13 @@ func TestDoubleClickIsOneUpdateID(t *testing.T) {
 	}
 	require.Len(t, f.updates, 2)
 	require.Equal(t, f.updates[0].UpdateID, f.updates[1].UpdateID, "the same decision must reuse its Update ID")
-	require.Equal(t, "decision:q-2-outcome-1:alice:failed", f.updates[0].UpdateID)
+	require.Equal(t, DecisionUpdateID("q-2-outcome-1", "alice", "failed"), f.updates[0].UpdateID)
 	// A different answer is a different decision.
 	_, err := c.Resolve(context.Background(), wf, workflows.ResolveSignal{Step: 2, Outcome: workflows.OutcomeSucceeded, ExternalID: "msg_81"})
 	require.NoError(t, err)
-	require.Equal(t, "decision:q-2-outcome-1:alice:succeeded=msg_81", f.updates[2].UpdateID)
-	require.Len(t, DecisionUpdateID(string(make([]byte, 500)), "a", "b"), len("decision:sha256:")+64)
+	require.Equal(t, DecisionUpdateID("q-2-outcome-1", "alice", "succeeded=msg_81"), f.updates[2].UpdateID)
+	require.Len(t, DecisionUpdateID(string(make([]byte, 500)), "a", "b"), len("decision:")+32)
+	require.NotContains(t, DecisionUpdateID("q1", "alice", "approve"), "alice", "the decider's name never reaches the server in plain text")
 }
 
 func TestResolveNeverAnswersAnApprovalQuestion(t *testing.T) {
@@ -188,7 +189,7 @@ func TestRepeatedDecisionOnAClosedQuestionReachesTheWorkflow(t *testing.T) {
 	res, err := c.Approve(context.Background(), wf, workflows.ApproveSignal{Step: 3, QuestionID: "q-3-approval-0", Approved: true, By: "bob"})
 	require.NoError(t, err)
 	require.False(t, res.Applied)
-	require.Equal(t, "decision:q-3-approval-0:bob:approve", f.updates[0].UpdateID)
+	require.Equal(t, DecisionUpdateID("q-3-approval-0", "bob", "approve"), f.updates[0].UpdateID)
 	require.Equal(t, "fp3-now", f.updates[0].Args[0].(workflows.ApproveSignal).Fingerprint)
 }
 
@@ -221,7 +222,7 @@ func TestExplicitQuestionAndFingerprintSkipTheStatus(t *testing.T) {
 	c := New(f, Options{})
 	_, err := c.Approve(context.Background(), wf, workflows.ApproveSignal{Step: 3, QuestionID: "q-3-approval-1", Fingerprint: "fp3-seen", Approved: false, By: "bob", Override: true})
 	require.NoError(t, err)
-	require.Equal(t, "decision:q-3-approval-1:bob:reject+override", f.updates[0].UpdateID)
+	require.Equal(t, DecisionUpdateID("q-3-approval-1", "bob", "reject+override"), f.updates[0].UpdateID)
 	require.Equal(t, "fp3-seen", f.updates[0].Args[0].(workflows.ApproveSignal).Fingerprint)
 }
 

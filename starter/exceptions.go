@@ -33,14 +33,14 @@ type ledgerFlags struct {
 }
 
 func (l *ledgerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&l.dsn, "ledger", os.Getenv(config.EnvLedger), "ledger DSN: sqlite:PATH or postgres://... (env "+config.EnvLedger+"; default sqlite under --data-dir, as the worker)")
+	config.RegisterLedger(fs, &l.dsn, "default sqlite under --data-dir, as the worker")
 	fs.StringVar(&l.dataDir, "data-dir", config.DefaultDataDir(), "the worker's data directory, where its SQLite ledger is (env "+config.EnvDataDir+")")
 }
 
 // resolve returns the DSN to open; a SQLite ledger must exist already, so a
 // wrong directory is reported instead of creating an empty ledger.
 func (l *ledgerFlags) resolve() (string, error) {
-	dsn := l.dsn
+	dsn := config.LedgerDSN(l.dsn)
 	if dsn == "" {
 		dsn = config.DefaultLedger(l.dataDir)
 	}
