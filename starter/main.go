@@ -38,6 +38,7 @@ operator:
   ledger purge [--older-than 720h]      remove final ledger entries past retention
   operator keygen --name NAME --out FILE   make an operator's signing key; prints the operators-file entry
   operator show --key FILE              print the operators-file entry of a key
+  codec serve [--addr HOST:PORT]        the codec endpoint the Web UI calls to decrypt payloads for those with its token
 sandbox:
   sandbox effects [--provider NAME]     committed rows in the providers' own stores
   sandbox fault --op OP --kind KIND [--count N] [--delay D]
@@ -63,6 +64,7 @@ var synopsis = map[string]string{
 	"audit":           "audit KEY: the ledger row of an operation key and its audit trail of human decisions",
 	"report":          "report [--since 24h]: the seeds' operating figures for a window, from the ledger (first attempts, replays, unknown outcomes and time to settle, holds, people's decisions and wait, exception queue, amounts in uncertainty)",
 	"ledger purge":    "ledger purge: remove final ledger entries completed longer ago than --older-than",
+	"codec serve":     "codec serve: serve the codec endpoint the Temporal Web UI calls to show encrypted payloads (token in env AGENTSAGA_CODEC_TOKEN)",
 	"operator keygen": "operator keygen --name NAME --out FILE: make an operator's Ed25519 signing key (file mode 0600) and print the entry for the worker's operators file",
 	"operator show":   "operator show --key FILE: print the operators-file entry of an existing key",
 	"sandbox effects": "sandbox effects: committed rows in the sandbox providers' own stores",
@@ -137,7 +139,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"run": cmdRun, "status": cmdStatus, "approve": cmdApprove, "resolve": cmdResolve, "cancel": cmdCancel,
 		"escalations": cmdEscalations, "exceptions": cmdExceptions, "audit": cmdAudit, "ledger": cmdLedger,
-		"operator": cmdOperator, "sandbox": cmdSandbox, "demo": cmdDemo, "mcp": cmdMCP, "report": cmdReport,
+		"operator": cmdOperator, "sandbox": cmdSandbox, "demo": cmdDemo, "mcp": cmdMCP, "codec": cmdCodec, "report": cmdReport,
 	}
 }
 
