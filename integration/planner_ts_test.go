@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/demotools"
@@ -303,7 +305,8 @@ func TestPlannerTypeScriptEncrypted(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	goRing, tsRing := twoKeyrings(t)
 
-	opts := client.Options{HostPort: st.Server.FrontendAddr(), Namespace: st.Server.Namespace()}
+	opts := client.Options{HostPort: st.Server.FrontendAddr(), Namespace: st.Server.Namespace(),
+		Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))}
 	codec.ClientOptions(&opts, goRing)
 	c, err := client.Dial(opts)
 	require.NoError(t, err)
