@@ -22,8 +22,12 @@ const repoRoot = ".."
 
 // workerEnv is the worker container's environment, exactly.
 var workerEnv = []string{
-	config.EnvAddress, config.EnvNamespace, config.EnvTaskQueue, config.EnvLedger, config.EnvSandboxURL,
+	config.EnvAddress, config.EnvNamespace, config.EnvTaskQueue, config.EnvLedger, config.EnvSandboxURL, config.EnvCodecKeys,
 }
+
+// secrets is the environment compose needs: every secret is required.
+var secrets = []string{"POSTGRES_PASSWORD=test-secret", "AGENTSAGA_LEDGER_PASSWORD=ledger-secret",
+	"AGENTSAGA_CODEC_KEYS=k1:QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVowMTIzNDU=", "AGENTSAGA_CODEC_TOKEN=codec-token-0123456789abcdef"}
 
 // load parses and validates docker-compose.yml the way `docker compose` does,
 // with only env as the interpolation environment (never the caller's).
@@ -43,7 +47,7 @@ func load(t *testing.T, env []string, profiles ...string) (*types.Project, error
 
 func mustLoad(t *testing.T, profiles ...string) *types.Project {
 	t.Helper()
-	p, err := load(t, []string{"POSTGRES_PASSWORD=test-secret"}, profiles...)
+	p, err := load(t, secrets, profiles...)
 	if err != nil {
 		t.Fatalf("docker-compose.yml does not load: %v", err)
 	}
@@ -52,7 +56,7 @@ func mustLoad(t *testing.T, profiles ...string) *types.Project {
 
 func TestComposeServicesAndProfiles(t *testing.T) {
 	base := mustLoad(t)
-	for _, name := range []string{"temporal", "postgres", "temporal-ui", "worker"} {
+	for _, name := range []string{"temporal", "postgres", "temporal-ui", "worker", "codec"} {
 		if _, ok := base.Services[name]; !ok {
 			t.Errorf("service %q is missing or not enabled by default", name)
 		}
@@ -100,6 +104,7 @@ func TestComposePublishedPorts(t *testing.T) {
 	}{
 		{"temporal", 7233, 7233},
 		{"temporal-ui", 8233, 8080},
+		{"codec", 8234, 8234},
 		{"sandbox", 8090, 8090},
 	} {
 		svc, ok := p.Services[c.service]
@@ -112,6 +117,54 @@ func TestComposePublishedPorts(t *testing.T) {
 		})
 		if !found {
 			t.Errorf("service %s does not publish host port %d to container port %d (ports: %+v)", c.service, c.published, c.port, svc.Ports)
+		}
+	}
+	// Nothing is published on all interfaces unless the operator says so.
+	for name, svc := range p.Services {
+		for _, pc := range svc.Ports {
+			if pc.HostIP != "127.0.0.1" {
+				t.Errorf("service %s publishes port %s on %q: bind it to 127.0.0.1 (AGENTSAGA_BIND)", name, pc.Published, pc.HostIP)
+			}
+		}
+	}
+}
+
+// The UI cannot act (cancel, terminate, signal, reset) without a login, it
+// reads payloads through the codec server, and the ledger is not the
+// database superuser.
+func TestComposeSecurityShape(t *testing.T) {
+	p := mustLoad(t)
+	ui := p.Services["temporal-ui"].Environment
+	if v := ui["TEMPORAL_DISABLE_WRITE_ACTIONS"]; v == nil || *v != "true" {
+		t.Errorf("temporal-ui must run with TEMPORAL_DISABLE_WRITE_ACTIONS=true")
+	}
+	if v := ui["TEMPORAL_CODEC_ENDPOINT"]; v == nil || *v != "http://localhost:8234" {
+		t.Errorf("temporal-ui must use the codec server at http://localhost:8234")
+	}
+	dsn := *p.Services["worker"].Environment[config.EnvLedger]
+	u, err := url.Parse(dsn)
+	if err != nil || u.User.Username() != "agentsaga" {
+		t.Errorf("the worker's ledger connects as %q, want its own role agentsaga, not the superuser temporal", u.User.Username())
+	}
+	codecSvc := p.Services["codec"]
+	if got := []string(codecSvc.Command); len(got) < 2 || got[0] != "codec" || got[1] != "serve" {
+		t.Errorf("codec service runs %q, want starter codec serve", got)
+	}
+	init := p.Services["postgres"].Volumes
+	if !slices.ContainsFunc(init, func(v types.ServiceVolumeConfig) bool {
+		return strings.HasSuffix(v.Source, "deploy/postgres/init-ledger.sh")
+	}) {
+		t.Errorf("postgres must mount deploy/postgres/init-ledger.sh to create the ledger's role")
+	}
+	for _, missing := range []string{"AGENTSAGA_LEDGER_PASSWORD", "AGENTSAGA_CODEC_KEYS", "AGENTSAGA_CODEC_TOKEN"} {
+		var env []string
+		for _, s := range secrets {
+			if !strings.HasPrefix(s, missing+"=") {
+				env = append(env, s)
+			}
+		}
+		if _, err := load(t, env); err == nil || !strings.Contains(err.Error(), missing) {
+			t.Errorf("loading without %s: err = %v, want an error naming it", missing, err)
 		}
 	}
 }
