@@ -118,10 +118,11 @@ func keyFileEnv(t *testing.T, ring *codec.Keyring) string {
 // plannerOutput is what planner-ts prints: one JSON object per phase.
 type plannerOutput struct {
 	Plan struct {
-		WorkflowID string                   `json:"workflow_id"`
-		Question   workflows.Question       `json:"question"`
-		Decision   workflows.DecisionResult `json:"decision"`
-		Result     workflows.Status         `json:"result"`
+		WorkflowID       string                   `json:"workflow_id"`
+		Question         workflows.Question       `json:"question"`
+		DecisionUpdateID string                   `json:"decision_update_id"`
+		Decision         workflows.DecisionResult `json:"decision"`
+		Result           workflows.Status         `json:"result"`
 	}
 	Turn struct {
 		WorkflowID string               `json:"workflow_id"`
@@ -208,6 +209,8 @@ func runPlanner(t *testing.T, st *devstack.Stack, r plannerRun) plannerOutput {
 	refundKey := plan.Key(r.session, 1, 1, demotools.ApplyRefund)
 	require.Equal(t, plan.WorkflowID(r.session, 1), out.Plan.WorkflowID)
 	require.Equal(t, workflows.QuestionApproval, out.Plan.Question.Kind)
+	require.Equal(t, sagaclient.DecisionUpdateID(out.Plan.Question.ID, "ts-operator", "approve"), out.Plan.DecisionUpdateID,
+		"the decision's Update ID is the Go client's, so a double click across languages is applied once")
 	require.True(t, out.Plan.Decision.Applied)
 	require.Equal(t, "ts-operator", out.Plan.Decision.By)
 	require.Equal(t, workflows.SagaSucceeded, out.Plan.Result.State, "plan error: %s", out.Plan.Result.Error)

@@ -33,9 +33,15 @@ export const turnUpdateID = (session: string, turn: number): string => `${sessio
 /** {session}:{turn}:{step}:{tool}, the operation key of a step. */
 export const operationKey = (session: string, turn: number, step: number, tool: string): string =>
   `${session}:${turn}:${step}:${tool}`;
-/** decision:{question}:{by}:{answer}, as sagaclient.DecisionUpdateID (ids up to 400 characters). */
+/**
+ * The Update ID of a decision, as sagaclient.DecisionUpdateID: the same
+ * decision (question, decider, answer) always gets the same ID, so a double
+ * click, from Go or from here, is applied once. The server keeps Update IDs
+ * in plain text, so the decider's name is hashed away:
+ * "decision:" + hex of the first 16 bytes of SHA-256(question \0 by \0 answer).
+ */
 export const decisionUpdateID = (questionID: string, by: string, answer: string): string =>
-  `decision:${questionID}:${by}:${answer}`;
+  'decision:' + createHash('sha256').update(`${questionID}\0${by}\0${answer}`, 'utf8').digest('hex').slice(0, 32);
 
 /** JSON values a tool's args may hold. Money is an integer of minor units. */
 export type JSONValue = string | number | boolean | null | JSONValue[] | { [k: string]: JSONValue };

@@ -161,9 +161,10 @@ async function runPlan(client: Client, c: Config): Promise<Status> {
   const approve: ApproveSignal = {
     step: q.step, question_id: q.id, fingerprint: q.fingerprint, by: 'ts-operator', approved: true, reason: 'customer verified by phone',
   };
+  const decisionUpdate = decisionUpdateID(q.id, approve.by, 'approve');
   const decision = await handle.executeUpdate<DecisionResult, [ApproveSignal]>(UPDATE_APPROVE, {
     args: [approve],
-    updateId: decisionUpdateID(q.id, approve.by, 'approve'),
+    updateId: decisionUpdate,
   });
   expect(decision.applied && decision.question_id === q.id && decision.by === 'ts-operator',
     `the approval of ${q.id} by ts-operator was applied`, decision);
@@ -176,7 +177,7 @@ async function runPlan(client: Client, c: Config): Promise<Status> {
   expect((step.decisions ?? []).some((d) => d.kind === 'approve' && d.approved === true && d.by === 'ts-operator' && d.question_id === q.id),
     'the step records the approval by ts-operator', step.decisions);
   expect((result.questions ?? []).length === 0, 'no question is left open', result.questions);
-  emit({ phase: 'plan', workflow_id: workflowId, question: { id: q.id, kind: q.kind, step: q.step, fingerprint: q.fingerprint }, decision, result });
+  emit({ phase: 'plan', workflow_id: workflowId, question: { id: q.id, kind: q.kind, step: q.step, fingerprint: q.fingerprint }, decision_update_id: decisionUpdate, decision, result });
   return result;
 }
 
