@@ -7,12 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 
+	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/proxy"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -26,7 +29,7 @@ const envRecordHistories = "AGENTSAGA_RECORD_HISTORIES"
 // recordHistories writes the finished AgentPlan histories of c to dir, one
 // JSON file per workflow (the format of `temporal workflow show --output
 // json`), and returns how many it wrote.
-func recordHistories(ctx context.Context, c client.Client, namespace, dir string) (int, error) {
+func recordHistories(ctx context.Context, c client.Client, namespace, dir string, ring *codec.Keyring) (int, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("make %s: %w", dir, err)
 	}
@@ -35,7 +38,7 @@ func recordHistories(ctx context.Context, c client.Client, namespace, dir string
 	for {
 		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 			Namespace: namespace, NextPageToken: token,
-			Query: fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus != 'Running'", workflows.WorkflowName),
+			Query: fmt.Sprintf("WorkflowType IN ('%s', '%s') AND ExecutionStatus != 'Running'", workflows.WorkflowName, workflows.SessionWorkflowName),
 		})
 		if err != nil {
 			return n, fmt.Errorf("list workflows: %w", err)
@@ -54,11 +57,24 @@ func recordHistories(ctx context.Context, c client.Client, namespace, dir string
 				}
 				h.Events = append(h.Events, ev)
 			}
+			// The stack's key is per run: store the histories decrypted,
+			// so the replay test needs no key.
+			if ring != nil {
+				dec := codec.New(ring)
+				err := proxy.VisitPayloads(ctx, h, proxy.VisitPayloadsOptions{
+					Visitor: func(_ *proxy.VisitPayloadsContext, p []*commonpb.Payload) ([]*commonpb.Payload, error) {
+						return dec.Decode(p)
+					},
+				})
+				if err != nil {
+					return n, fmt.Errorf("decrypt history of %s: %w", id, err)
+				}
+			}
 			b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
 			if err != nil {
 				return n, fmt.Errorf("encode history of %s: %w", id, err)
 			}
-			name := strings.NewReplacer(":", "_", "/", "_").Replace(id) + ".json"
+			name := strings.NewReplacer(":", "_", "/", "_").Replace(id) + "_" + run[:8] + ".json"
 			if err := os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644); err != nil {
 				return n, fmt.Errorf("write history of %s: %w", id, err)
 			}

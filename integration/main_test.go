@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if dir := os.Getenv(envRecordHistories); dir != "" && code == 0 && shared.stack != nil {
-		n, err := recordHistories(context.Background(), shared.stack.Client, shared.stack.Server.Namespace(), dir)
+		n, err := recordHistories(context.Background(), shared.stack.Client, shared.stack.Server.Namespace(), dir, shared.stack.Keyring)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "integration: record histories:", err)
 			code = 1

@@ -52,7 +52,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for name, specs := range map[string]tool.Specs{"current specs": reg.Specs(), "upgraded specs": upgraded(reg.Specs())} {
 		t.Run(name, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflowWithOptions((&workflows.Saga{Specs: specs}).AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
+			saga := &workflows.Saga{Specs: specs}
+			r.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
+			r.RegisterWorkflowWithOptions(saga.AgentSession, workflow.RegisterOptions{Name: workflows.SessionWorkflowName})
 			for _, f := range files {
 				require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(logger, f), "replay %s", filepath.Base(f))
 			}
