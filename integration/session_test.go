@@ -45,6 +45,25 @@ func TestSessionAcrossContinueAsNew(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, d.GetWorkflowExecutionInfo().GetFirstRunId(), d.GetWorkflowExecutionInfo().GetExecution().GetRunId(), "the session continued as new")
 
+	// Turn 4 needs an approval: the turn returns its open question with
+	// the card; once approved, sending the turn again returns its result.
+	refund := step(t, "apply_refund", map[string]any{"order_id": "ord_it_session_refund", "amount_minor": 60000, "currency": "EUR", "reason": "session test"})
+	t4 := turn(4, refund)
+	require.Equal(t, workflows.TurnWaiting, t4.State, "%+v", t4)
+	require.NotNil(t, t4.Question)
+	require.Equal(t, "600.00 EUR", t4.Question.Card.Amount)
+	_, err = st.Plans.Approve(ctx, workflows.SessionWorkflowID(session), workflows.ApproveSignal{
+		Step: t4.Question.Step, QuestionID: t4.Question.ID, Fingerprint: t4.Question.Fingerprint, By: "bob", Approved: true})
+	require.NoError(t, err)
+	var t4done workflows.TurnResult
+	require.Eventually(t, func() bool {
+		t4done = turn(4, refund)
+		return t4done.State != workflows.TurnWaiting && t4done.State != workflows.TurnRunning
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, workflows.TurnSucceeded, t4done.State, "%+v", t4done)
+	t5 := turn(5, read)
+	require.Equal(t, workflows.TurnSucceeded, t5.State)
+
 	again := turn(1, read, pay)
 	require.Equal(t, t1.Steps[1].ExternalID, again.Steps[1].ExternalID, "turn 1 resent after continue-as-new returns its first result")
 	_, err = st.Plans.Turn(ctx, session, workflows.TurnRequest{Turn: 2, Steps: []plan.Step{read}}, opts)
@@ -53,6 +72,7 @@ func TestSessionAcrossContinueAsNew(t *testing.T) {
 	delta := callsDelta(callsBefore, allCalls(ctx, t, sb))
 	require.Equal(t, 1, delta["payments.create"], "one payment request: the lost response was reconciled, the resend called nothing; calls %v", delta)
 	require.Equal(t, 1, delta["invoices.create"])
+	require.Equal(t, 1, delta["refunds.create"], "one refund for turn 4, approved once; calls %v", delta)
 	require.Len(t, effectsUnder(ctx, t, sb, t1.Steps[1].Key), 1)
 
 	final, err := st.Plans.EndSession(ctx, session, "failed", "agent")
@@ -60,11 +80,11 @@ func TestSessionAcrossContinueAsNew(t *testing.T) {
 	require.Equal(t, workflows.SagaCompensated, final.State, "error: %s", final.Error)
 	reversed := 0
 	for _, e := range allEffects(ctx, t, sb) {
-		if e.Reverses == t1.Steps[1].ExternalID || e.Reverses == t2.Steps[0].ExternalID {
+		if e.Reverses == t1.Steps[1].ExternalID || e.Reverses == t2.Steps[0].ExternalID || e.Reverses == t4done.Steps[0].ExternalID {
 			reversed++
 		}
 	}
-	require.Equal(t, 2, reversed, "end failed reversed the payment and the invoice")
+	require.Equal(t, 3, reversed, "end failed reversed the payment, the invoice and the refund")
 }
 
 // Three reads of one turn run at once: their activity intervals overlap in
