@@ -67,14 +67,17 @@ func recordHistories(ctx context.Context, c client.Client, namespace, dir string
 					},
 				})
 				if err != nil {
-					return n, fmt.Errorf("decrypt history of %s: %w", id, err)
+					// Sealed with a key of its own (the TypeScript planner's
+					// codec test): not a scenario to replay.
+					fmt.Fprintf(os.Stderr, "integration: history of %s not recorded: %v\n", id, err)
+					continue
 				}
 			}
 			b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
 			if err != nil {
 				return n, fmt.Errorf("encode history of %s: %w", id, err)
 			}
-			name := strings.NewReplacer(":", "_", "/", "_").Replace(id) + "_" + run[:8] + ".json"
+			name := strings.NewReplacer(":", "_", "/", "_").Replace(id) + "_" + run[len(run)-8:] + ".json"
 			if err := os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644); err != nil {
 				return n, fmt.Errorf("write history of %s: %w", id, err)
 			}
