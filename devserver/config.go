@@ -254,17 +254,75 @@ func buildServerOptions(opts Options, p ports, sqlCfg *config.SQL, logger log.Lo
 		temporal.WithLogger(logger),
 		temporal.WithAuthorizer(authorizer),
 		temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
-		temporal.WithDynamicConfigClient(devDynamicConfig()),
+		temporal.WithDynamicConfigClient(dynamicConfig(opts.DynamicConfig)),
 	}, nil
 }
 
 // devDynamicConfig tunes the server for one developer and a handful of plans:
-// a UI that lists and counts often, and search attributes visible at once.
+// a UI that lists and counts often, search attributes visible at once, and
+// no waiting interval between a workflow task being written and a worker
+// receiving it. Each key, and what it costs (see BENCHMARKS.md):
+//
+//   - history.transferProcessorMaxPollRPS 20 -> 1000: the history service
+//     reads its transfer queue (the tasks that hand workflow tasks to
+//     matching) at most this often per shard. With the dev server's single
+//     shard the default 20/s made every workflow task wait up to 50 ms
+//     (about 44 ms measured) before a worker could poll it, twice per
+//     one-activity workflow: that was the "100 ms per step". The reader is
+//     woken by new tasks, so the higher limit costs nothing when idle; the
+//     tasks themselves are written in the same transaction as before.
+//   - matching.numTaskqueueReadPartitions / WritePartitions 4 -> 1: one
+//     matching host has nothing to spread partitions over, and with four a
+//     task written to a partition without a waiting poller had to be
+//     forwarded to the root (rate-limited), or the workers' polls sat on
+//     empty partitions while the task waited on another until a long poll
+//     expired (the 20 s stalls, plain workflows too; reading four and
+//     writing one still stalled). Caveat: a database last run by an older
+//     devserver with a backlog in partitions 1-3 leaves those tasks unread.
+//   - history.longPollExpirationInterval 20 s -> 500 ms: a result wait
+//     (GetWorkflowExecutionHistory waiting for the close event) is a long
+//     poll on the history service fed by an in-memory notifier whose
+//     per-waiter channel holds one notification and drops the next; when
+//     the final notifications come close together (about 1 wait in 50 to
+//     100 here, plain workflows too) the close is dropped and the wait sat
+//     out the full 20 s. A shorter poll re-reads the (cached) mutable state
+//     every 500 ms, which bounds that stall; the cost is one cached read per
+//     waiting caller per 500 ms. Update waits use the same interval as their
+//     server-side timeout and are re-polled by the SDK.
+//   - system.forceSearchAttributesCacheRefreshOnRead: search attributes
+//     registered at start are visible to every service at once.
+//   - frontend.namespaceRPS.visibility, history.cacheMaxSize (host level),
+//     namespace cache refresh: a UI that lists often, many open plans, and
+//     a new namespace usable within a second.
 func devDynamicConfig() dynamicconfig.StaticClient {
 	return dynamicconfig.StaticClient{
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
 		dynamicconfig.HistoryCacheHostLevelMaxSize.Key():                 8192,
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key():      true,
 		dynamicconfig.NamespaceCacheRefreshInterval.Key():                time.Second,
+		dynamicconfig.TransferProcessorMaxPollRPS.Key():                  1000,
+		dynamicconfig.HistoryLongPollExpirationInterval.Key():            500 * time.Millisecond,
+		dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():           1,
+		dynamicconfig.MatchingNumTaskqueueWritePartitions.Key():          1,
 	}
+}
+
+// DevDynamicConfig returns the dynamic config keys Start sets by default,
+// by name, for documentation and tests (Options.DynamicConfig overrides
+// them).
+func DevDynamicConfig() map[string]any {
+	out := map[string]any{}
+	for k, v := range devDynamicConfig() {
+		out[k.String()] = v
+	}
+	return out
+}
+
+// dynamicConfig is the dev defaults with overrides applied on top.
+func dynamicConfig(overrides map[string]any) dynamicconfig.StaticClient {
+	c := devDynamicConfig()
+	for k, v := range overrides {
+		c[dynamicconfig.MakeKey(k)] = v
+	}
+	return c
 }

@@ -72,6 +72,11 @@ type Options struct {
 	// UICodec points the Web UI at a codec server, so the browser decodes
 	// encrypted payloads; the zero value configures none.
 	UICodec UICodec
+	// DynamicConfig sets server dynamic config keys (such as
+	// "matching.numTaskqueueReadPartitions") on top of the dev defaults
+	// (see DevDynamicConfig); a key given here wins. Values are of the
+	// setting's type (int, bool, float64, time.Duration, string).
+	DynamicConfig map[string]any
 }
 
 // UICodec is the Web UI's codec server setting (ui-server's codec section).

@@ -105,33 +105,38 @@ func (c *Client) Start(ctx context.Context, p plan.Plan) (Run, error) {
 		return Run{}, err
 	}
 	id := p.WorkflowID()
+	// The start either makes the run, with this plan's fingerprint in its
+	// memo, or fails with the run that holds the ID (running or
+	// finished). Only then is the held plan's fingerprint read, so the
+	// common path costs one call, not a start and a describe.
 	opts := client.StartWorkflowOptions{
-		ID:                       id,
-		TaskQueue:                c.taskQueue,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		Memo:                     map[string]any{workflows.MemoPlanFingerprint: fp},
-		StaticSummary:            workflows.StaticSummary(p),
+		ID:                                       id,
+		TaskQueue:                                c.taskQueue,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		Memo:                                     map[string]any{workflows.MemoPlanFingerprint: fp},
+		StaticSummary:                            workflows.StaticSummary(p),
 	}
-	runID := ""
 	wr, err := c.c.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, p)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
 	case err == nil:
-		runID = wr.GetRunID()
+		// This call made the run (a retried request with the same
+		// request ID included): its memo is fp.
+		return Run{WorkflowID: id, RunID: wr.GetRunID(), PlanFingerprint: fp}, nil
 	case errors.As(err, &started):
-		runID = started.RunId // a finished run holds the ID
 	default:
 		return Run{}, fmt.Errorf("start %s: %w", id, err)
 	}
-	existing, err := c.fingerprint(ctx, id, runID)
+	existing, err := c.fingerprint(ctx, id, started.RunId)
 	if err != nil {
 		return Run{}, err
 	}
 	if existing != fp {
 		return Run{}, &ConflictError{WorkflowID: id, Existing: existing, Requested: fp}
 	}
-	return Run{WorkflowID: id, RunID: runID, PlanFingerprint: fp}, nil
+	return Run{WorkflowID: id, RunID: started.RunId, PlanFingerprint: fp}, nil
 }
 
 func (c *Client) fingerprint(ctx context.Context, id, runID string) (string, error) {
@@ -164,10 +169,22 @@ func (c *Client) Status(ctx context.Context, workflowID string) (workflows.Statu
 	return s, nil
 }
 
-// Wait blocks until the plan finishes and returns its final status.
+// Wait blocks until the plan finishes and returns its final status. It
+// first asks the server which run holds workflowID (one describe call);
+// WaitRun, given the Run that Start returned, skips that.
 func (c *Client) Wait(ctx context.Context, workflowID string) (workflows.Status, error) {
+	return c.wait(ctx, workflowID, "")
+}
+
+// WaitRun blocks until the run r (as Start returned it) finishes and
+// returns its final status.
+func (c *Client) WaitRun(ctx context.Context, r Run) (workflows.Status, error) {
+	return c.wait(ctx, r.WorkflowID, r.RunID)
+}
+
+func (c *Client) wait(ctx context.Context, workflowID, runID string) (workflows.Status, error) {
 	var s workflows.Status
-	err := c.c.GetWorkflow(ctx, workflowID, "").Get(ctx, &s)
+	err := c.c.GetWorkflow(ctx, workflowID, runID).Get(ctx, &s)
 	if err != nil {
 		return s, fmt.Errorf("wait for %s: %w", workflowID, err)
 	}
