@@ -417,8 +417,9 @@ func (r *runner) run(ctx context.Context) error {
 	go func() { defer bgWG.Done(); fail(r.commitKills(bg)) }()
 	go func() { defer bgWG.Done(); r.operate(bg) }()
 
-	deadline := time.Now().Add(r.o.Settle + time.Duration(r.o.Plans)*2*time.Second)
-	pctx, cancel := context.WithDeadline(bg, deadline)
+	// Plans get Settle after the last start to end; then their drivers
+	// give up and the plans are reported as not ended.
+	pctx, cancel := context.WithCancel(bg)
 	defer cancel()
 	slots := make(chan struct{}, r.o.Concurrency)
 	var plans, kills sync.WaitGroup
@@ -460,6 +461,8 @@ func (r *runner) run(ctx context.Context) error {
 			r.log.Info("chaos: plans started", "started", i+1, "of", len(r.sched.Plans))
 		}
 	}
+	settle := time.AfterFunc(r.o.Settle, cancel)
+	defer settle.Stop()
 	plans.Wait()
 	kills.Wait()
 	// The commit kill must happen: if no keyed write came through while
