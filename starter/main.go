@@ -45,6 +45,7 @@ sandbox:
   sandbox serve [--addr HOST:PORT]      run the sandbox providers standalone
 demo:
   demo [--ui] [--json]                  run the stories on an embedded Temporal server
+  bench [--rounds N] [--concurrency 1,10,50] [--json]   agentsaga against plain Temporal on one embedded server
   chaos [--plans N] [--seed S] [--json] randomized plans under faults, kills and a server restart; checks the invariants
 agents:
   mcp (--http HOST:PORT | --stdio)      serve the tools to MCP clients, each call a turn of the caller's session
@@ -73,6 +74,7 @@ var synopsis = map[string]string{
 	"sandbox serve":   "sandbox serve: run the sandbox providers standalone",
 	"demo":            "demo: run the stories on an embedded Temporal server and check every count",
 	"chaos":           "chaos [--plans N] [--seed S] [--workers N] [--short] [--json]: randomized plans under every sandbox fault, worker SIGKILLs and a Temporal restart; invariants checked in the providers' stores and the ledger (see README, Chaos run)",
+	"bench":           "bench [--rounds N] [--concurrency 1,10,50] [--json]: agentsaga against plain Temporal on one embedded server in one process (see BENCHMARKS.md)",
 	"mcp":             "mcp (--http HOST:PORT | --stdio): serve the registered tools to MCP clients; each tools/call is one turn of the caller's AgentSession (see README, MCP gateway)",
 }
 
@@ -142,7 +144,7 @@ func commands() map[string]command {
 		"run": cmdRun, "status": cmdStatus, "approve": cmdApprove, "resolve": cmdResolve, "cancel": cmdCancel,
 		"escalations": cmdEscalations, "exceptions": cmdExceptions, "audit": cmdAudit, "ledger": cmdLedger,
 		"operator": cmdOperator, "sandbox": cmdSandbox, "demo": cmdDemo, "mcp": cmdMCP, "codec": cmdCodec, "report": cmdReport,
-		"chaos": cmdChaos,
+		"chaos": cmdChaos, "bench": cmdBench,
 	}
 }
 

@@ -1,0 +1,538 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/proto"
+
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/agentsaga/agentsaga/demotools"
+	"github.com/agentsaga/agentsaga/devserver"
+	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/sagaclient"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// Options configure Run. Zero values take the defaults named.
+type Options struct {
+	// Rounds is how many alternating rounds run per shape and concurrency
+	// (default 3). Each round runs one batch per side, the order swapped
+	// every round.
+	Rounds int
+	// Concurrency lists the numbers of plans in flight at once (default
+	// 1, 10, 50).
+	Concurrency []int
+	// PlansPerBatch is how many plans one batch starts (default
+	// max(20, 4 x concurrency)).
+	PlansPerBatch int
+	// Shapes are the plans' numbers of write steps (default 1 and 3).
+	Shapes []int
+	// WaitingPlans is how many plans wait for a human in the memory
+	// measurement (default 200; negative skips it).
+	WaitingPlans int
+	// DuplicateStarts is how many concurrent starts of one plan are
+	// counted at the provider (default 1000; negative skips it).
+	DuplicateStarts int
+	// LedgerOps is how many claim+complete pairs each ledger measures
+	// (default 1000; negative skips it).
+	LedgerOps int
+	// PostgresDSN, when set, measures the ledger on that PostgreSQL
+	// database too (rows under keys bench:<nanos>:..., left in place).
+	PostgresDSN string
+	// Logger receives progress lines; nil discards them.
+	Logger *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.Rounds <= 0 {
+		o.Rounds = 3
+	}
+	if len(o.Concurrency) == 0 {
+		o.Concurrency = []int{1, 10, 50}
+	}
+	if len(o.Shapes) == 0 {
+		o.Shapes = []int{1, 3}
+	}
+	if o.WaitingPlans == 0 {
+		o.WaitingPlans = 200
+	}
+	if o.DuplicateStarts == 0 {
+		o.DuplicateStarts = 1000
+	}
+	if o.LedgerOps == 0 {
+		o.LedgerOps = 1000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (o Options) batchSize(conc int) int {
+	if o.PlansPerBatch > 0 {
+		return o.PlansPerBatch
+	}
+	return max(20, 4*conc)
+}
+
+// Report is one run's figures. Latencies are in milliseconds; ratios are
+// agentsaga / plain.
+type Report struct {
+	Machine    Machine       `json:"machine"`
+	Rounds     int           `json:"rounds"`
+	Shapes     []ShapeResult `json:"shapes"`
+	History    []History     `json:"history"`
+	Memory     *Memory       `json:"memory,omitempty"`
+	Duplicates *Duplicates   `json:"duplicates,omitempty"`
+	Ledger     []LedgerDist  `json:"ledger,omitempty"`
+	// ServerDynamicConfig is what the embedded server ran with.
+	ServerDynamicConfig map[string]string `json:"server_dynamic_config"`
+	Targets             []Target          `json:"targets"`
+	DurationSec         float64           `json:"duration_sec"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
+	CPUs      int    `json:"cpus"`
+}
+
+// ShapeResult is one plan shape at every concurrency.
+type ShapeResult struct {
+	Name   string  `json:"name"`
+	Steps  int     `json:"steps"`
+	Levels []Level `json:"levels"`
+}
+
+// Level is one shape at one concurrency: both sides over all rounds.
+type Level struct {
+	Concurrency int    `json:"concurrency"`
+	Agentsaga   Side   `json:"agentsaga"`
+	Plain       Side   `json:"plain"`
+	Ratio       Ratios `json:"ratio"`
+	// AddedP99PerStepMs is (agentsaga p99 - plain p99) / steps.
+	AddedP99PerStepMs float64 `json:"added_p99_per_step_ms"`
+	// RoundThroughputRatios are the per-round throughput ratios, to show
+	// their spread.
+	RoundThroughputRatios []float64 `json:"round_throughput_ratios"`
+}
+
+// Side is one side's figures at one level.
+type Side struct {
+	Plans int `json:"plans"`
+	// PlansPerSec is the median over rounds of plans / batch wall time.
+	PlansPerSec float64 `json:"plans_per_sec"`
+	// Latency is per plan, from the start call to the result.
+	Latency Dist `json:"latency"`
+	// Start is the start call alone (sagaclient.Start, or
+	// client.ExecuteWorkflow).
+	Start Dist `json:"start"`
+	// CPUMsPerPlan is the process's CPU time (user+system) per plan over
+	// the side's batches: the server, the worker and the client together.
+	CPUMsPerPlan float64 `json:"cpu_ms_per_plan"`
+	Errors       int     `json:"errors"`
+}
+
+// Ratios are agentsaga / plain.
+type Ratios struct {
+	Throughput float64 `json:"throughput"`
+	P50        float64 `json:"p50"`
+	P99        float64 `json:"p99"`
+	StartP50   float64 `json:"start_p50"`
+	StartP99   float64 `json:"start_p99"`
+}
+
+// History is what one finished plan wrote to its history.
+type History struct {
+	Shape         string  `json:"shape"`
+	Side          string  `json:"side"`
+	Steps         int     `json:"steps"`
+	Events        int     `json:"events"`
+	Bytes         int     `json:"bytes"`
+	EventsPerStep float64 `json:"events_per_step"`
+	BytesPerStep  float64 `json:"bytes_per_step"`
+}
+
+// Memory is the process's growth per plan waiting for a human. Method: run
+// the GC, read the Go heap (HeapAlloc) and the resident set (VmRSS); start
+// Plans plans that wait (agentsaga: create_payment above the approval
+// threshold, waiting for the approval; plain: a workflow blocked on a
+// signal); wait until each waits; run the GC and read again. The delta
+// divided by Plans covers the server's mutable state and caches, the
+// worker's cached workflow and the client, all in this one process. The
+// waiting plans are terminated afterwards.
+type Memory struct {
+	Plans                int     `json:"plans"`
+	AgentsagaHeapKBPer   float64 `json:"agentsaga_heap_kb_per_plan"`
+	AgentsagaRSSKBPer    float64 `json:"agentsaga_rss_kb_per_plan"`
+	PlainHeapKBPer       float64 `json:"plain_heap_kb_per_plan"`
+	PlainRSSKBPer        float64 `json:"plain_rss_kb_per_plan"`
+	HeapRatio            float64 `json:"heap_ratio"`
+	AgentsagaSettleMs    float64 `json:"agentsaga_settle_ms"`
+	PlainSettleMs        float64 `json:"plain_settle_ms"`
+	AgentsagaStartErrors int     `json:"agentsaga_start_errors"`
+}
+
+// Duplicates is one plan (a send_email step: the mail relay has no key, so
+// every request that reaches it is an email) started Starts times at once.
+type Duplicates struct {
+	Starts int `json:"starts"`
+	// StartErrors are starts that returned an error (none expected: the
+	// same plan attaches).
+	StartErrors int `json:"start_errors"`
+	// RunIDs is how many distinct runs the starts returned (1 expected).
+	RunIDs int `json:"run_ids"`
+	// ProviderCalls is how many requests reached the mail relay.
+	ProviderCalls int `json:"provider_calls"`
+	// Effects is how many emails the relay committed.
+	Effects int `json:"effects"`
+	// Duplicates is Effects - 1 (0 expected).
+	Duplicates int     `json:"duplicates"`
+	Sec        float64 `json:"sec"`
+}
+
+// Target is one of the goals of issue 10 with what this run measured.
+type Target struct {
+	Name string `json:"name"`
+	Want string `json:"want"`
+	Got  string `json:"got"`
+	Met  bool   `json:"met"`
+}
+
+// Run measures on st, which must have a worker (devstack.Start without
+// NoWorker). It starts a worker of its own for the plain side on st.Client.
+func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
+	o.defaults()
+	if st.Worker == nil {
+		return Report{}, errors.New("bench: the stack has no worker; start it without NoWorker")
+	}
+	began := time.Now()
+	rep := Report{
+		Machine: Machine{GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
+		Rounds:  o.Rounds, ServerDynamicConfig: map[string]string{},
+	}
+	for k, v := range devserver.DevDynamicConfig() {
+		rep.ServerDynamicConfig[k] = fmt.Sprint(v)
+	}
+	pw, err := startPlainWorker(st.Client, st.SandboxURL)
+	if err != nil {
+		return rep, err
+	}
+	defer pw.Stop()
+	r := &runner{st: st, o: o, tag: strconv.FormatInt(time.Now().UnixNano(), 36)}
+
+	// Warm both sides up (first-use costs: caches, connections, JIT of
+	// the sandbox's SQLite statements) outside the figures.
+	for _, steps := range o.Shapes {
+		if _, err := r.batch(ctx, steps, 1, 3, true); err != nil {
+			return rep, err
+		}
+		if _, err := r.batch(ctx, steps, 1, 3, false); err != nil {
+			return rep, err
+		}
+	}
+	for _, steps := range o.Shapes {
+		sr := ShapeResult{Name: shapeName(steps), Steps: steps}
+		for _, conc := range o.Concurrency {
+			lv, err := r.level(ctx, steps, conc)
+			if err != nil {
+				return rep, err
+			}
+			sr.Levels = append(sr.Levels, lv)
+		}
+		rep.Shapes = append(rep.Shapes, sr)
+		for _, agentsaga := range []bool{true, false} {
+			h, err := r.history(ctx, steps, agentsaga)
+			if err != nil {
+				return rep, err
+			}
+			rep.History = append(rep.History, h)
+		}
+	}
+	if o.WaitingPlans > 0 {
+		m, err := r.memory(ctx, o.WaitingPlans)
+		if err != nil {
+			return rep, err
+		}
+		rep.Memory = &m
+	}
+	if o.DuplicateStarts > 0 {
+		d, err := r.duplicates(ctx, o.DuplicateStarts)
+		if err != nil {
+			return rep, err
+		}
+		rep.Duplicates = &d
+	}
+	if o.LedgerOps > 0 {
+		l, err := Ledgers(ctx, o.LedgerOps, o.PostgresDSN)
+		if err != nil {
+			return rep, err
+		}
+		rep.Ledger = l
+	}
+	rep.Targets = targets(rep)
+	rep.DurationSec = round(time.Since(began).Seconds(), 1)
+	return rep, nil
+}
+
+func shapeName(steps int) string {
+	if steps == 1 {
+		return "one write step"
+	}
+	return strconv.Itoa(steps) + " write steps"
+}
+
+type runner struct {
+	st  *devstack.Stack
+	o   Options
+	tag string
+	seq int64
+	mu  sync.Mutex
+	// last finished workflow of each side and shape, for history.
+	last map[string]sagaclient.Run
+}
+
+func (r *runner) next() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	return r.seq
+}
+
+// batchResult is one batch of one side.
+type batchResult struct {
+	total, start []time.Duration
+	wall, cpu    time.Duration
+	errors       int
+}
+
+func (r *runner) level(ctx context.Context, steps, conc int) (Level, error) {
+	n := r.o.batchSize(conc)
+	var a, p batchResult
+	var rounds []float64
+	var aTP, pTP []float64
+	for round := 0; round < r.o.Rounds; round++ {
+		order := []bool{true, false}
+		if round%2 == 1 {
+			order = []bool{false, true}
+		}
+		var ra, rp batchResult
+		for _, agentsaga := range order {
+			b, err := r.batch(ctx, steps, conc, n, agentsaga)
+			if err != nil {
+				return Level{}, err
+			}
+			if agentsaga {
+				ra = b
+			} else {
+				rp = b
+			}
+		}
+		ta, tp := float64(n)/ra.wall.Seconds(), float64(n)/rp.wall.Seconds()
+		aTP, pTP = append(aTP, ta), append(pTP, tp)
+		rounds = append(rounds, ratio(ta, tp))
+		a = merge(a, ra)
+		p = merge(p, rp)
+		r.o.Logger.Info("bench round", "shape", shapeName(steps), "concurrency", conc, "round", round+1,
+			"agentsaga_plans_per_sec", round2(ta), "plain_plans_per_sec", round2(tp))
+	}
+	lv := Level{Concurrency: conc, Agentsaga: side(a, median(aTP)), Plain: side(p, median(pTP)), RoundThroughputRatios: rounds}
+	lv.Ratio = Ratios{
+		Throughput: ratio(lv.Agentsaga.PlansPerSec, lv.Plain.PlansPerSec),
+		P50:        ratio(lv.Agentsaga.Latency.P50Ms, lv.Plain.Latency.P50Ms),
+		P99:        ratio(lv.Agentsaga.Latency.P99Ms, lv.Plain.Latency.P99Ms),
+		StartP50:   ratio(lv.Agentsaga.Start.P50Ms, lv.Plain.Start.P50Ms),
+		StartP99:   ratio(lv.Agentsaga.Start.P99Ms, lv.Plain.Start.P99Ms),
+	}
+	lv.AddedP99PerStepMs = round((lv.Agentsaga.Latency.P99Ms-lv.Plain.Latency.P99Ms)/float64(steps), 3)
+	return lv, nil
+}
+
+func round2(v float64) float64 { return round(v, 2) }
+
+func merge(a, b batchResult) batchResult {
+	a.total = append(a.total, b.total...)
+	a.start = append(a.start, b.start...)
+	a.wall += b.wall
+	a.cpu += b.cpu
+	a.errors += b.errors
+	return a
+}
+
+func side(b batchResult, perSec float64) Side {
+	s := Side{Plans: len(b.total), PlansPerSec: round2(perSec), Latency: dist(b.total), Start: dist(b.start), Errors: b.errors}
+	if n := len(b.total) + b.errors; n > 0 {
+		s.CPUMsPerPlan = round(float64(b.cpu)/float64(time.Millisecond)/float64(n), 2)
+	}
+	return s
+}
+
+// batch runs n plans of one side, conc at a time.
+func (r *runner) batch(ctx context.Context, steps, conc, n int, agentsaga bool) (batchResult, error) {
+	var (
+		mu  sync.Mutex
+		out batchResult
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, conc)
+		// the first error, kept to report if every plan failed
+		firstErr error
+	)
+	cpu0 := cpuTime()
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var start, total time.Duration
+			var err error
+			if agentsaga {
+				start, total, err = r.onePlan(ctx, steps)
+			} else {
+				start, total, err = r.onePlain(ctx, steps)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				out.errors++
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			out.start = append(out.start, start)
+			out.total = append(out.total, total)
+		}()
+	}
+	wg.Wait()
+	out.wall = time.Since(t0)
+	out.cpu = cpuTime() - cpu0
+	if ctx.Err() != nil {
+		return out, fmt.Errorf("bench: %w", ctx.Err())
+	}
+	if out.errors > 0 {
+		r.o.Logger.Warn("bench: plans failed", "failed", out.errors, "of", n, "agentsaga", agentsaga, "first_error", firstErr)
+	}
+	if len(out.total) == 0 {
+		return out, fmt.Errorf("bench: every plan of a batch failed; the first: %w", firstErr)
+	}
+	return out, nil
+}
+
+func subjects(steps int) []string {
+	s := make([]string, steps)
+	for i := range s {
+		s[i] = fmt.Sprintf("bench ticket %d", i+1)
+	}
+	return s
+}
+
+// ticketPlan is the agentsaga plan of one shape.
+func ticketPlan(session string, steps int) plan.Plan {
+	p := plan.Plan{SessionID: session, Turn: 1}
+	for _, s := range subjects(steps) {
+		args, _ := json.Marshal(map[string]string{"subject": s})
+		p.Steps = append(p.Steps, plan.Step{Tool: demotools.CreateTicket, Args: args})
+	}
+	return p
+}
+
+func (r *runner) onePlan(ctx context.Context, steps int) (start, total time.Duration, err error) {
+	p := ticketPlan(fmt.Sprintf("bench-%s-a%d", r.tag, r.next()), steps)
+	t0 := time.Now()
+	run, err := r.st.Plans.Start(ctx, p)
+	start = time.Since(t0)
+	if err != nil {
+		return 0, 0, err
+	}
+	s, err := r.st.Plans.WaitRun(ctx, run)
+	total = time.Since(t0)
+	if err != nil {
+		return 0, 0, err
+	}
+	if s.State != workflows.SagaSucceeded {
+		return 0, 0, fmt.Errorf("bench: plan %s ended %s, not succeeded", run.WorkflowID, s.State)
+	}
+	r.remember(steps, true, run)
+	return start, total, nil
+}
+
+func (r *runner) onePlain(ctx context.Context, steps int) (start, total time.Duration, err error) {
+	id := fmt.Sprintf("bench-plain:%s:%d", r.tag, r.next())
+	t0 := time.Now()
+	wr, err := r.st.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: PlainTaskQueue},
+		PlainWorkflow, PlainInput{Key: id, Subjects: subjects(steps)})
+	start = time.Since(t0)
+	if err != nil {
+		return 0, 0, err
+	}
+	var ids []string
+	err = wr.Get(ctx, &ids)
+	total = time.Since(t0)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(ids) != steps {
+		return 0, 0, fmt.Errorf("bench: plain workflow %s made %d tickets, want %d", id, len(ids), steps)
+	}
+	r.remember(steps, false, sagaclient.Run{WorkflowID: id, RunID: wr.GetRunID()})
+	return start, total, nil
+}
+
+func (r *runner) remember(steps int, agentsaga bool, run sagaclient.Run) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = map[string]sagaclient.Run{}
+	}
+	r.last[fmt.Sprint(steps, agentsaga)] = run
+}
+
+// history reads the history of the last finished workflow of a side.
+func (r *runner) history(ctx context.Context, steps int, agentsaga bool) (History, error) {
+	r.mu.Lock()
+	run, ok := r.last[fmt.Sprint(steps, agentsaga)]
+	r.mu.Unlock()
+	sideName := "plain"
+	if agentsaga {
+		sideName = "agentsaga"
+	}
+	h := History{Shape: shapeName(steps), Side: sideName, Steps: steps}
+	if !ok {
+		return h, fmt.Errorf("bench: no finished %s workflow of shape %q to read", sideName, h.Shape)
+	}
+	it := r.st.Client.GetWorkflowHistory(ctx, run.WorkflowID, run.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return h, fmt.Errorf("bench: read the history of %s: %w", run.WorkflowID, err)
+		}
+		h.Events++
+		h.Bytes += proto.Size(e)
+	}
+	h.EventsPerStep = round(float64(h.Events)/float64(steps), 2)
+	h.BytesPerStep = round(float64(h.Bytes)/float64(steps), 1)
+	return h, nil
+}
+
+// cpuTime is the process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

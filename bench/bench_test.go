@@ -1,0 +1,81 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/devstack"
+)
+
+// TestRunProducesSaneNumbers runs the whole bench at a tiny size on a real
+// embedded stack and checks that every figure is there and plausible: both
+// sides finished every plan, latencies are positive with p50 <= p99,
+// ratios are the sides' quotients, histories were read, the concurrent
+// starts made exactly one email, and the ledger was measured. Nothing is
+// asserted about speed.
+func TestRunProducesSaneNumbers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	st, err := devstack.Start(ctx, devstack.Options{UIPort: -1})
+	require.NoError(t, err)
+	defer st.Close()
+
+	rep, err := bench.Run(ctx, st, bench.Options{
+		Rounds: 2, Concurrency: []int{1, 3}, PlansPerBatch: 4, Shapes: []int{1, 2},
+		WaitingPlans: 5, DuplicateStarts: 20, LedgerOps: 20,
+	})
+	require.NoError(t, err)
+
+	require.Len(t, rep.Shapes, 2)
+	for _, s := range rep.Shapes {
+		require.Len(t, s.Levels, 2, s.Name)
+		for _, l := range s.Levels {
+			for name, sd := range map[string]bench.Side{"agentsaga": l.Agentsaga, "plain": l.Plain} {
+				require.Equal(t, 8, sd.Plans, "%s %s at %d: two rounds of four plans, none failed", s.Name, name, l.Concurrency)
+				require.Zero(t, sd.Errors)
+				require.Positive(t, sd.PlansPerSec)
+				require.Positive(t, sd.Latency.P50Ms)
+				require.LessOrEqual(t, sd.Latency.P50Ms, sd.Latency.P99Ms)
+				require.LessOrEqual(t, sd.Latency.P99Ms, sd.Latency.MaxMs)
+				require.Positive(t, sd.Start.P50Ms)
+				require.Less(t, sd.Start.P50Ms, sd.Latency.MaxMs, "a start is part of its plan's latency")
+				require.Positive(t, sd.CPUMsPerPlan)
+			}
+			require.InDelta(t, l.Agentsaga.Latency.P50Ms/l.Plain.Latency.P50Ms, l.Ratio.P50, 0.001)
+			require.InDelta(t, l.Agentsaga.PlansPerSec/l.Plain.PlansPerSec, l.Ratio.Throughput, 0.01)
+			require.Len(t, l.RoundThroughputRatios, 2)
+		}
+	}
+	require.Len(t, rep.History, 4)
+	for _, h := range rep.History {
+		// A workflow with N activities has at least started, N x
+		// (scheduled, started, completed) and completed.
+		require.GreaterOrEqual(t, h.Events, 2+3*h.Steps, "%s %s", h.Shape, h.Side)
+		require.Greater(t, h.Bytes, 100*h.Events/2)
+		require.InDelta(t, float64(h.Events)/float64(h.Steps), h.EventsPerStep, 0.01)
+	}
+	require.NotNil(t, rep.Memory)
+	require.Equal(t, 5, rep.Memory.Plans)
+	require.Zero(t, rep.Memory.AgentsagaStartErrors)
+	require.NotNil(t, rep.Duplicates)
+	require.Equal(t, bench.Duplicates{Starts: 20, RunIDs: 1, ProviderCalls: 1, Effects: 1, Sec: rep.Duplicates.Sec}, *rep.Duplicates)
+	require.Len(t, rep.Ledger, 1)
+	require.Equal(t, "sqlite", rep.Ledger[0].Driver)
+	require.Positive(t, rep.Ledger[0].Claim.P50Ms)
+	require.Positive(t, rep.Ledger[0].Complete.P50Ms)
+	require.NotEmpty(t, rep.Targets)
+	require.Equal(t, "1000", rep.ServerDynamicConfig["history.transferprocessormaxpollrps"])
+
+	var out bytes.Buffer
+	bench.PrintTable(&out, rep)
+	require.Contains(t, out.String(), "one write step")
+	require.Contains(t, out.String(), "targets (issue 10)")
+	_, err = json.Marshal(rep)
+	require.NoError(t, err)
+}

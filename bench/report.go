@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// targets checks the run against the goals of issue 10.
+func targets(rep Report) []Target {
+	var out []Target
+	add := func(name, want, got string, met bool) {
+		out = append(out, Target{Name: name, Want: want, Got: got, Met: met})
+	}
+	worst := func(f func(Level) float64, only func(Level) bool) (float64, string) {
+		w, where := 0.0, ""
+		for _, s := range rep.Shapes {
+			for _, l := range s.Levels {
+				if only != nil && !only(l) {
+					continue
+				}
+				if v := f(l); where == "" || v > w {
+					w, where = v, fmt.Sprintf("%s at %d", s.Name, l.Concurrency)
+				}
+			}
+		}
+		return w, where
+	}
+	best := func(f func(Level) float64, only func(Level) bool) (float64, string) {
+		v, where := worst(func(l Level) float64 { return -f(l) }, only)
+		return -v, where
+	}
+	if len(rep.Shapes) > 0 {
+		v, w := worst(func(l Level) float64 { return l.Ratio.P50 }, nil)
+		add("latency ratio p50", "<= 1.05 at every concurrency", fmt.Sprintf("worst %.3f (%s)", v, w), v <= 1.05)
+		v, w = worst(func(l Level) float64 { return l.Ratio.P99 }, nil)
+		add("latency ratio p99", "<= 1.05 at every concurrency", fmt.Sprintf("worst %.3f (%s)", v, w), v <= 1.05)
+		v, w = worst(func(l Level) float64 { return l.AddedP99PerStepMs }, nil)
+		add("p99 added per write step", "<= 2 ms", fmt.Sprintf("worst %.2f ms (%s)", v, w), v <= 2)
+		v, w = worst(func(l Level) float64 { return l.Ratio.StartP50 }, nil)
+		add("start call p50", "<= 1.2 x plain start", fmt.Sprintf("worst %.3f (%s)", v, w), v <= 1.2)
+		v, w = worst(func(l Level) float64 { return l.Ratio.StartP99 }, nil)
+		add("start call p99", "<= 1.2 x plain start", fmt.Sprintf("worst %.3f (%s)", v, w), v <= 1.2)
+		conc := func(l Level) bool { return l.Concurrency >= 10 }
+		v, w = best(func(l Level) float64 { return l.Ratio.Throughput }, conc)
+		if w != "" {
+			add("throughput ratio at 10 and 50", ">= 0.95", fmt.Sprintf("worst %.3f (%s)", v, w), v >= 0.95)
+		}
+	}
+	var events []string
+	met := true
+	for _, s := range rep.Shapes {
+		var a, p History
+		for _, h := range rep.History {
+			if h.Shape == s.Name && h.Side == "agentsaga" {
+				a = h
+			} else if h.Shape == s.Name {
+				p = h
+			}
+		}
+		events = append(events, fmt.Sprintf("%s %.2f vs %.2f", s.Name, a.EventsPerStep, p.EventsPerStep))
+		met = met && a.EventsPerStep <= p.EventsPerStep
+	}
+	if len(events) > 0 {
+		add("history events per step", "<= plain", strings.Join(events, "; "), met)
+	}
+	if d := rep.Duplicates; d != nil {
+		add("duplicates at concurrent starts of one plan", "0", fmt.Sprintf("%d effects from %d starts (%d runs, %d provider calls)", d.Effects, d.Starts, d.RunIDs, d.ProviderCalls), d.Effects == 1 && d.RunIDs == 1)
+	}
+	return out
+}
+
+// PrintTable writes rep as text tables.
+func PrintTable(w io.Writer, rep Report) {
+	fmt.Fprintf(w, "agentsaga vs plain Temporal, one embedded server in one process (%s %s/%s, %d CPUs), %d rounds, %.0f s\n",
+		rep.Machine.GoVersion, rep.Machine.OS, rep.Machine.Arch, rep.Machine.CPUs, rep.Rounds, rep.DurationSec)
+	for _, s := range rep.Shapes {
+		fmt.Fprintf(w, "\n%s (create_ticket)\n", s.Name)
+		fmt.Fprintf(w, "%5s | %-22s | %-22s | %-22s | %-16s | %s\n", "conc", "plans/s  a / p  ratio", "p50 ms  a / p  ratio", "p99 ms  a / p  ratio", "start p50 a / p", "+p99/step  cpu ms/plan a/p")
+		for _, l := range s.Levels {
+			fmt.Fprintf(w, "%5d | %6.1f/%6.1f  %6.3f | %6.1f/%6.1f  %6.3f | %6.1f/%6.1f  %6.3f | %6.1f/%6.1f | %6.2f ms  %5.1f/%5.1f\n",
+				l.Concurrency, l.Agentsaga.PlansPerSec, l.Plain.PlansPerSec, l.Ratio.Throughput,
+				l.Agentsaga.Latency.P50Ms, l.Plain.Latency.P50Ms, l.Ratio.P50,
+				l.Agentsaga.Latency.P99Ms, l.Plain.Latency.P99Ms, l.Ratio.P99,
+				l.Agentsaga.Start.P50Ms, l.Plain.Start.P50Ms, l.AddedP99PerStepMs,
+				l.Agentsaga.CPUMsPerPlan, l.Plain.CPUMsPerPlan)
+		}
+	}
+	if len(rep.History) > 0 {
+		fmt.Fprintf(w, "\nhistory per plan        %-10s %7s %8s %10s %10s\n", "side", "events", "bytes", "ev/step", "B/step")
+		for _, h := range rep.History {
+			fmt.Fprintf(w, "  %-21s %-10s %7d %8d %10.2f %10.1f\n", h.Shape, h.Side, h.Events, h.Bytes, h.EventsPerStep, h.BytesPerStep)
+		}
+	}
+	if m := rep.Memory; m != nil {
+		fmt.Fprintf(w, "\nmemory per waiting plan (%d plans): agentsaga heap %.1f KB, RSS %.1f KB; plain heap %.1f KB, RSS %.1f KB; heap ratio %.2f\n",
+			m.Plans, m.AgentsagaHeapKBPer, m.AgentsagaRSSKBPer, m.PlainHeapKBPer, m.PlainRSSKBPer, m.HeapRatio)
+	}
+	if d := rep.Duplicates; d != nil {
+		fmt.Fprintf(w, "\n%d concurrent starts of one send_email plan: %d start errors, %d run(s), %d call(s) reached the relay, %d email(s), %d duplicate(s), %.1f s\n",
+			d.Starts, d.StartErrors, d.RunIDs, d.ProviderCalls, d.Effects, d.Duplicates, d.Sec)
+	}
+	for _, l := range rep.Ledger {
+		fmt.Fprintf(w, "\nledger %-8s (%d fresh keys): claim p50 %.2f ms p99 %.2f ms; complete p50 %.2f ms p99 %.2f ms\n",
+			l.Driver, l.Ops, l.Claim.P50Ms, l.Claim.P99Ms, l.Complete.P50Ms, l.Complete.P99Ms)
+	}
+	if len(rep.Targets) > 0 {
+		fmt.Fprintf(w, "\ntargets (issue 10)\n")
+		for _, t := range rep.Targets {
+			mark := "MET    "
+			if !t.Met {
+				mark = "NOT MET"
+			}
+			fmt.Fprintf(w, "  %s %-44s want %-30s got %s\n", mark, t.Name, t.Want, t.Got)
+		}
+	}
+}

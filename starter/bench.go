@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/devstack"
+)
+
+func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the report as JSON (errors too, on standard error)")
+	rounds := fs.Int("rounds", 3, "alternating rounds per plan shape and concurrency (each round: one batch per side)")
+	concurrency := fs.String("concurrency", "1,10,50", "comma-separated numbers of plans in flight at once")
+	plans := fs.Int("plans", 0, "plans per batch (0: max(20, 4 x concurrency))")
+	waiting := fs.Int("waiting", 200, "plans waiting for a human in the memory measurement (0 skips it)")
+	starts := fs.Int("starts", 1000, "concurrent starts of one plan counted at the provider (0 skips it)")
+	ledgerOps := fs.Int("ledger-ops", 1000, "ledger claim+complete pairs measured per driver (0 skips them)")
+	postgres := fs.String("postgres", "", "also measure the ledger on this PostgreSQL DSN (rows are left under keys bench:...)")
+	pos, err := parse(fs, args, out)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("bench: takes no arguments (see starter bench --help)")
+	}
+	o := bench.Options{Rounds: *rounds, PlansPerBatch: *plans, WaitingPlans: skip(*waiting), DuplicateStarts: skip(*starts),
+		LedgerOps: skip(*ledgerOps), PostgresDSN: *postgres}
+	if *rounds < 1 || *plans < 0 {
+		return usageErr("bench: --rounds must be at least 1 and --plans not negative")
+	}
+	for _, c := range strings.Split(*concurrency, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n < 1 {
+			return usageErr("bench: --concurrency %q: give positive numbers separated by commas, such as 1,10,50", *concurrency)
+		}
+		o.Concurrency = append(o.Concurrency, n)
+	}
+	if !*asJSON {
+		fmt.Fprintln(out, "starting an embedded Temporal server, the sandbox providers and a worker ...")
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	st, err := devstack.Start(ctx, devstack.Options{UIPort: -1})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	rep, err := bench.Run(ctx, st, o)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(out, rep)
+	}
+	bench.PrintTable(out, rep)
+	return nil
+}
+
+// skip turns a flag's 0 ("skip it") into the negative bench.Options wants.
+func skip(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
