@@ -35,7 +35,7 @@ type Options struct {
 	// 1, 10, 50).
 	Concurrency []int
 	// PlansPerBatch is how many plans one batch starts (default
-	// max(20, 4 x concurrency)).
+	// max(50, 4 x concurrency)).
 	PlansPerBatch int
 	// Shapes are the plans' numbers of write steps (default 1 and 3).
 	Shapes []int
@@ -83,7 +83,7 @@ func (o Options) batchSize(conc int) int {
 	if o.PlansPerBatch > 0 {
 		return o.PlansPerBatch
 	}
-	return max(20, 4*conc)
+	return max(50, 4*conc)
 }
 
 // Report is one run's figures. Latencies are in milliseconds; ratios are

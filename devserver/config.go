@@ -279,16 +279,17 @@ func buildServerOptions(opts Options, p ports, sqlCfg *config.SQL, logger log.Lo
 //     expired (the 20 s stalls, plain workflows too; reading four and
 //     writing one still stalled). Caveat: a database last run by an older
 //     devserver with a backlog in partitions 1-3 leaves those tasks unread.
-//   - history.longPollExpirationInterval 20 s -> 500 ms: a result wait
+//   - history.longPollExpirationInterval 20 s -> 200 ms: a result wait
 //     (GetWorkflowExecutionHistory waiting for the close event) is a long
 //     poll on the history service fed by an in-memory notifier whose
-//     per-waiter channel holds one notification and drops the next; when
-//     the final notifications come close together (about 1 wait in 50 to
-//     100 here, plain workflows too) the close is dropped and the wait sat
-//     out the full 20 s. A shorter poll re-reads the (cached) mutable state
-//     every 500 ms, which bounds that stall; the cost is one cached read per
-//     waiting caller per 500 ms. Update waits use the same interval as their
-//     server-side timeout and are re-polled by the SDK.
+//     per-waiter channel holds one notification and drops the next (a
+//     constant in the server); when the last notifications of a run reach
+//     it back to back (about 1 wait in 50 to 100 here, plain workflows too)
+//     the close is dropped and the wait sat out the full 20 s. A short poll
+//     re-reads the (cached) mutable state every 200 ms, which bounds that
+//     stall; the cost is one cached read per waiting caller per 200 ms.
+//     Update waits use the same interval as their server-side timeout and
+//     are re-polled by the SDK.
 //   - system.forceSearchAttributesCacheRefreshOnRead: search attributes
 //     registered at start are visible to every service at once.
 //   - frontend.namespaceRPS.visibility, history.cacheMaxSize (host level),
@@ -301,7 +302,7 @@ func devDynamicConfig() dynamicconfig.StaticClient {
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key():      true,
 		dynamicconfig.NamespaceCacheRefreshInterval.Key():                time.Second,
 		dynamicconfig.TransferProcessorMaxPollRPS.Key():                  1000,
-		dynamicconfig.HistoryLongPollExpirationInterval.Key():            500 * time.Millisecond,
+		dynamicconfig.HistoryLongPollExpirationInterval.Key():            200 * time.Millisecond,
 		dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():           1,
 		dynamicconfig.MatchingNumTaskqueueWritePartitions.Key():          1,
 	}

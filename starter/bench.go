@@ -19,7 +19,7 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	asJSON := fs.Bool("json", false, "print the report as JSON (errors too, on standard error)")
 	rounds := fs.Int("rounds", 3, "alternating rounds per plan shape and concurrency (each round: one batch per side)")
 	concurrency := fs.String("concurrency", "1,10,50", "comma-separated numbers of plans in flight at once")
-	plans := fs.Int("plans", 0, "plans per batch (0: max(20, 4 x concurrency))")
+	plans := fs.Int("plans", 0, "plans per batch (0: max(50, 4 x concurrency))")
 	waiting := fs.Int("waiting", 200, "plans waiting for a human in the memory measurement (0 skips it)")
 	starts := fs.Int("starts", 1000, "concurrent starts of one plan counted at the provider (0 skips it)")
 	ledgerOps := fs.Int("ledger-ops", 1000, "ledger claim+complete pairs measured per driver (0 skips them)")
