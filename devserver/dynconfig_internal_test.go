@@ -35,3 +35,17 @@ func TestDynamicConfigDefaultsAndOverrides(t *testing.T) {
 		t.Errorf("an override changed the defaults themselves: %v", v)
 	}
 }
+
+// A file-backed store is opened in WAL mode with synchronous=FULL: every
+// commit is fsynced before it returns, with one fsync instead of two.
+func TestFileStoreIsWALWithFullSync(t *testing.T) {
+	cfg, err := prepareStore(Options{DataDir: t.TempDir(), Namespace: DefaultNamespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"mode": "rwc", "journal_mode": "wal", "synchronous": "full"} {
+		if got := cfg.ConnectAttributes[k]; got != want {
+			t.Errorf("connect attribute %s = %q, want %q", k, got, want)
+		}
+	}
+}
