@@ -56,7 +56,11 @@ func (p Plan) Fingerprint() (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("fingerprint steps[%d].args: %w", i+1, err)
 		}
-		steps[i] = map[string]any{"tool": s.Tool, "args": obj}
+		step := map[string]any{"tool": s.Tool, "args": obj}
+		if s.Hold != "" {
+			step["hold"] = s.Hold // asking a person first is part of the plan
+		}
+		steps[i] = step
 	}
 	m := map[string]any{"session_id": p.SessionID, "turn": p.Turn, "steps": steps}
 	if p.Parallel {

@@ -55,7 +55,14 @@ type Plan struct {
 type Step struct {
 	Tool string          `json:"tool"`
 	Args json.RawMessage `json:"args,omitempty"`
+	// Hold, when set, asks a person before the step runs, with this
+	// reason on the question's card (a gateway holding a suspected
+	// duplicate). It only ever adds a question.
+	Hold string `json:"hold,omitempty"`
 }
+
+// MaxHoldLen bounds Step.Hold, in bytes.
+const MaxHoldLen = 300
 
 var sessionChars = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
@@ -243,6 +250,11 @@ func (p Plan) ValidateWith(c tool.Catalog, l Limits) error {
 			continue
 		}
 		errs = append(errs, spec.Args.CheckWith(path+".args", s.Args, l.argLimits(spec))...)
+		if s.Hold != "" {
+			if msg := tool.CheckText(s.Hold, MaxHoldLen, false); msg != "" {
+				add(path+".hold", "%s", msg)
+			}
+		}
 		if spec.Class.IsWrite() && !spec.Compensable() {
 			if p.Parallel {
 				add(path+".tool", "%s cannot be undone: it cannot run in a parallel plan (a sibling's failure would leave it done); send it in a later turn", s.Tool)

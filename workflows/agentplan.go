@@ -339,9 +339,13 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 	st := r.step(n)
 	spec := r.specs[st.Tool]
 	req := r.request(n)
-	if spec.Approval.Required(req.Args) {
+	hold := r.plan.Steps[n-1].Hold
+	if spec.Approval.Required(req.Args) || hold != "" {
 		rep := r.checkGuard(dctx, req)
-		rule := r.approvalRule(spec, req.Args)
+		rule := hold
+		if spec.Approval.Required(req.Args) {
+			rule = strings.TrimPrefix(hold+"; "+r.approvalRule(spec, req.Args), "; ")
+		}
 		d, ok := r.askApproval(ctx, dctx, n, rule, rep)
 		if !ok {
 			return r.gaveUp(dctx, n, false)

@@ -377,3 +377,30 @@ func TestSignedDecisions(t *testing.T) {
 	require.True(t, trail[len(trail)-1].Verified)
 	require.False(t, trail[len(trail)-1].SentAt.IsZero())
 }
+
+// A step with a hold reason asks a person first, with the reason on the
+// card; rejected, nothing runs.
+func TestHeldStepAsksAPersonFirst(t *testing.T) {
+	for _, approve := range []bool{true, false} {
+		h := newHarness(t)
+		env := h.env()
+		s := step("charge", "o1", 100)
+		s.Hold = "suspected duplicate of e10:1:1:charge (same tool and arguments 30s earlier, sent without a key)"
+		p := newPlan("e10", s)
+		var q workflows.Question
+		env.RegisterDelayedCallback(func() {
+			q = openQuestion(t, status(t, env))
+			update(env, workflows.UpdateApprove, "d", workflows.ApproveSignal{Step: 1, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "ops", Approved: approve})
+		}, time.Minute)
+		st := run(t, env, p)
+		require.Equal(t, workflows.QuestionApproval, q.Kind)
+		require.Contains(t, q.Card.Rule, "suspected duplicate")
+		if approve {
+			require.Equal(t, workflows.SagaSucceeded, st.State)
+			require.Equal(t, 1, h.p.count("charge"))
+		} else {
+			require.Equal(t, workflows.SagaFailed, st.State)
+			require.Empty(t, h.p.callsOf("charge"), "a rejected hold runs nothing")
+		}
+	}
+}
