@@ -87,16 +87,27 @@ func TestMCPGatewayOneRefundPerIntent(t *testing.T) {
 	require.False(t, first.IsError, r1.Message)
 	require.Equal(t, workflows.TurnSucceeded, r1.State, r1.Message)
 	again, r2 := call(cs, refund("ord_it_mcp_1", 1500), nil)
-	require.True(t, again.IsError)
-	require.Equal(t, mcpgw.StateHeld, r2.State, r2.Message)
-	require.Contains(t, r2.Message, "suspected duplicate")
+	require.False(t, again.IsError, r2.Message)
+	require.Equal(t, workflows.TurnWaiting, r2.State, "the repeat waits for a person: %s", r2.Message)
+	require.Contains(t, r2.Message, "SUSPECTED DUPLICATE")
 	require.Equal(t, r1.Key, r2.Held.Key)
-	require.Equal(t, r1.ExternalID, r2.ExternalID, "the held call shows the earlier refund")
+	require.NotNil(t, r2.Question)
+	require.Contains(t, r2.Question.Card.Rule, "suspected duplicate of "+r1.Key)
 	require.Len(t, effectsUnder(ctx, t, sb, r1.Key), 1)
 	require.Equal(t, 1, refundsOf("ord_it_mcp_1"), "one refund without a key")
+	// A person rejects it: repeating the call returns that, still one refund.
+	_, err = st.Plans.Approve(ctx, workflows.SessionWorkflowID(r1.Session), workflows.ApproveSignal{
+		Step: r2.Question.Step, QuestionID: r2.Question.ID, Fingerprint: r2.Question.Fingerprint, By: "ops", Approved: false, Reason: "a retry, not a second refund"})
+	require.NoError(t, err)
+	var r3 mcpgw.Result
+	require.Eventually(t, func() bool {
+		_, r3 = call(cs, refund("ord_it_mcp_1", 1500), nil)
+		return r3.State == workflows.TurnFailed
+	}, 30*time.Second, 50*time.Millisecond, "the rejected duplicate reads as failed")
+	require.Equal(t, 1, refundsOf("ord_it_mcp_1"), "still one refund")
 	status, err := st.Plans.Status(ctx, workflows.SessionWorkflowID(r1.Session))
 	require.NoError(t, err)
-	require.Len(t, status.Steps, 1, "the held call made no turn")
+	require.Len(t, status.Steps, 2, "the suspected duplicate was a turn of its own, which never ran")
 
 	// Twice with the same _meta key: the same turn and operation key.
 	meta := mcp.Meta{mcpgw.MetaKey: "it-mcp-call-2"}

@@ -35,11 +35,11 @@
 //     earlier turn is sent again under its own key and its current result
 //     returned (still waiting, or final). Nothing new runs.
 //   - if the earlier call succeeded and the client was given that result,
-//     the call is HELD as a suspected duplicate: nothing is sent to the
-//     session and no effect is made; the result has isError true, state
-//     "held", says so in its text and carries the earlier call's turn, key
-//     and result (read again from the session). A person who decides a
-//     second effect is really wanted has it sent with a new MetaKey.
+//     the call is HELD FOR A PERSON as a suspected duplicate: it becomes a
+//     new turn whose step asks a person first (an approval question whose
+//     card names the earlier call); nothing runs unless the person
+//     approves; the result says so, with the card, and carries Held (the
+//     earlier call's turn and key). Repeating the call reads that turn.
 //   - if the earlier call failed (it has no effect), the call runs as a new
 //     turn.
 //
@@ -150,6 +150,9 @@ type record struct {
 	step  plan.Step
 	at    time.Time
 	given string // state of the last result given to the client ("" if none)
+	// held is the turn that put a suspected duplicate of this call in
+	// front of a person, if any.
+	held *record
 }
 
 // final reports whether the client was given the call's final result.
@@ -357,7 +360,7 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 		// read that turn again under its own key.
 		out.Turn, rec = prev.turn, prev
 	case write && prev != nil && prev.given == workflows.TurnSucceeded:
-		return g.held(ctx, out, prev, now)
+		return g.hold(ctx, st, id, out, prev, step, now)
 	default:
 		if err := g.load(ctx, out.Session, st); err != nil {
 			return refusal(out, err.Error())
@@ -417,35 +420,46 @@ func (g *gateway) send(ctx context.Context, session string, turn int, key string
 	}
 }
 
-// held answers a suspected duplicate: nothing is sent as a new turn; the
-// earlier call's turn is read again (under its own key, answered from the
-// session's record).
-func (g *gateway) held(ctx context.Context, out Result, prev *record, now time.Time) *mcp.CallToolResult {
-	out.Turn = prev.turn
-	out.Key = plan.Key(out.Session, prev.turn, 1, out.Tool)
-	h := &Held{Reason: "suspected_duplicate", Turn: prev.turn, Key: out.Key, At: prev.at.UTC(),
-		Window: g.o.DuplicateWindow.String(), HeldUntil: prev.at.Add(g.o.DuplicateWindow).UTC()}
-	g.log.Warn("mcp: held a suspected duplicate write", "tool", out.Tool, "session", out.Session, "duplicate_of", out.Key, "age", now.Sub(prev.at).Round(time.Second))
-	res, err := g.send(ctx, out.Session, prev.turn, "", prev.step)
-	if err == nil {
-		out = fill(out, res)
-		h.EarlierState = res.State
-	} else {
-		h.EarlierState = "unread: " + err.Error()
+// hold answers a suspected duplicate: it becomes a new turn whose step asks
+// a person first (plan.Step.Hold), with the earlier call named on the
+// question's card. Nothing runs unless a person approves; repeating the call
+// reads that same turn again. An approved second effect becomes the call to
+// compare later ones with.
+func (g *gateway) hold(ctx context.Context, st *sessionState, id string, out Result, prev *record, step plan.Step, now time.Time) *mcp.CallToolResult {
+	earlier := plan.Key(out.Session, prev.turn, 1, out.Tool)
+	h := &Held{Reason: "suspected_duplicate", Turn: prev.turn, Key: earlier, At: prev.at.UTC(),
+		Window: g.o.DuplicateWindow.String(), HeldUntil: prev.at.Add(g.o.DuplicateWindow).UTC(), EarlierState: prev.given}
+	rec := prev.held
+	if rec == nil || rec.final() {
+		if err := g.load(ctx, out.Session, st); err != nil {
+			return refusal(out, err.Error())
+		}
+		step.Hold = fmt.Sprintf("suspected duplicate of %s (the same %s with the same arguments %s earlier, sent without _meta %q): approve only if a second, separate effect is wanted",
+			earlier, out.Tool, now.Sub(prev.at).Round(time.Second), MetaKey)
+		rec = &record{turn: st.next, step: step, at: now}
+		st.next++
+		prev.held = rec
+		g.log.Warn("mcp: a suspected duplicate write waits for a person", "tool", out.Tool, "session", out.Session, "duplicate_of", earlier, "age", now.Sub(prev.at).Round(time.Second))
 	}
-	out.State, out.Held = StateHeld, h
-	out.Message = fmt.Sprintf("HELD, NOT RUN: this %s call is identical (same tool, same arguments) to turn %d (key %s), which succeeded %s ago, "+
-		"and was sent without _meta %q, so it is held for a human as a suspected duplicate. No new effect was made. "+
-		"The earlier call's result follows. If a person confirms that a second, separate %s is wanted, send it with a new _meta %q; "+
-		"otherwise do not repeat it (an identical call stays held until %s).",
-		out.Tool, prev.turn, out.Key, now.Sub(prev.at).Round(time.Second), MetaKey, out.Tool, MetaKey, h.HeldUntil.Format(time.RFC3339))
-	out.Message += fmt.Sprintf("\nearlier call: %s%s", h.EarlierState, ext(out.ExternalID))
-	if len(out.Data) > 0 {
-		out.Message += "\nearlier result: " + string(out.Data)
+	out.Turn = rec.turn
+	out.Key = plan.Key(out.Session, rec.turn, 1, out.Tool)
+	res, err := g.send(ctx, out.Session, rec.turn, "", rec.step)
+	if err != nil {
+		if refused(err) {
+			prev.held = nil
+		}
+		return g.failure(out, err)
 	}
-	r := render(out)
-	r.IsError = true
-	return r
+	rec.given = res.State
+	if res.State == workflows.TurnSucceeded {
+		st.writes[id] = rec // a person approved a second effect: compare later calls with it
+	}
+	out = fill(out, res)
+	out.Held = h
+	out.Message = fmt.Sprintf("SUSPECTED DUPLICATE: this %s call is identical to %s (%s ago) and was sent without _meta %q; "+
+		"it runs only if a person approves it (the question below); call it again the same way later for its result.\n",
+		out.Tool, earlier, now.Sub(prev.at).Round(time.Second), MetaKey) + out.Message
+	return render(out)
 }
 
 // checkArgs returns the canonical args of a call, or every problem with

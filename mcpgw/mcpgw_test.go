@@ -71,10 +71,10 @@ func (f *fakeSessions) Turn(ctx context.Context, session string, t workflows.Tur
 		key := plan.Key(session, t.Turn, 1, s.Tool)
 		ft.res = workflows.TurnResult{Turn: t.Turn, Fingerprint: fp, State: workflows.TurnSucceeded,
 			Steps: []workflows.StepStatus{{Step: 1, Turn: t.Turn, Key: key, Tool: s.Tool, State: "succeeded"}}}
-		if amount, _ := tool.Int(s.Args, "amount_minor"); amount > demotools.RefundApprovalAboveMinor && s.Tool == demotools.ApplyRefund {
+		if amount, _ := tool.Int(s.Args, "amount_minor"); s.Hold != "" || (amount > demotools.RefundApprovalAboveMinor && s.Tool == demotools.ApplyRefund) {
 			ft.res.State = workflows.TurnWaiting
 			ft.res.Question = &workflows.Question{ID: "q1-step1-approval", Kind: "approval", Step: 1, Key: key, Answers: []string{"approve", "reject"},
-				Card: workflows.Card{Change: "apply_refund: Refund", Amount: "600.00 EUR", Rule: "approval above 500.00", Key: key}}
+				Card: workflows.Card{Change: "apply_refund: Refund", Amount: "600.00 EUR", Rule: strings.TrimPrefix(s.Hold+"; approval above 500.00", "; "), Key: key}}
 		} else {
 			f.run(ft)
 		}
@@ -256,18 +256,20 @@ func TestMCPUnkeyedIdenticalWriteIsHeldWithinTheWindow(t *testing.T) {
 
 	c.add(9 * time.Minute)
 	again, r2 := call(t, cs, demotools.ApplyRefund, map[string]any{"currency": "EUR", "reason": "damaged", "amount_minor": 1200, "order_id": "ord_1"}, nil)
-	require.True(t, again.IsError)
-	require.Equal(t, mcpgw.StateHeld, r2.State, r2.Message)
-	require.Contains(t, r2.Message, "HELD, NOT RUN")
-	require.Contains(t, r2.Message, "suspected duplicate")
-	require.Contains(t, r2.Message, "earlier result: "+string(r1.Data))
+	require.False(t, again.IsError)
+	require.Equal(t, workflows.TurnWaiting, r2.State, "a suspected duplicate waits for a person: %s", r2.Message)
+	require.Equal(t, 2, r2.Turn, "a turn of its own")
+	require.NotNil(t, r2.Question)
+	require.Contains(t, r2.Question.Card.Rule, "suspected duplicate of "+r1.Key)
 	require.Equal(t, r1.Key, r2.Held.Key)
-	require.Equal(t, r1.ExternalID, r2.ExternalID, "the held call carries the earlier call's result")
-	require.Equal(t, 1, f.count(demotools.ApplyRefund), "one refund")
+	require.Equal(t, 1, f.count(demotools.ApplyRefund), "one refund: nothing ran")
+	_, r3 := call(t, cs, demotools.ApplyRefund, refund("ord_1", 1200), nil)
+	require.Equal(t, r2.Key, r3.Key, "repeating it reads the same held turn")
+	require.Equal(t, 1, f.count(demotools.ApplyRefund))
 
 	_, other := call(t, cs, demotools.ApplyRefund, refund("ord_1", 1300), nil)
 	require.Equal(t, workflows.TurnSucceeded, other.State, "other arguments are another call")
-	require.Equal(t, 2, other.Turn)
+	require.Equal(t, 3, other.Turn)
 	_, read := call(t, cs, demotools.QueryOrder, map[string]any{"order_id": "ord_1"}, nil)
 	_, read2 := call(t, cs, demotools.QueryOrder, map[string]any{"order_id": "ord_1"}, nil)
 	require.Equal(t, workflows.TurnSucceeded, read2.State, "reads are never held")
@@ -363,7 +365,8 @@ func TestMCPWaitingCallReturnsTheCardAndItsRepeatTheFinalResult(t *testing.T) {
 	require.Equal(t, 1, f.count(demotools.ApplyRefund))
 
 	_, held := call(t, cs, demotools.ApplyRefund, refund("ord_5", 60000), nil)
-	require.Equal(t, mcpgw.StateHeld, held.State, "once the final result was given, an identical call is held")
+	require.Equal(t, workflows.TurnWaiting, held.State, "once the final result was given, an identical call waits for a person")
+	require.NotNil(t, held.Held)
 	require.Equal(t, 1, f.count(demotools.ApplyRefund))
 }
 
@@ -434,7 +437,7 @@ func TestMCPConcurrentIdenticalCallsMakeOneEffect(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.ElementsMatch(t, []string{"succeeded", "held", "held", "held"}, states)
+	require.ElementsMatch(t, []string{"succeeded", "waiting", "waiting", "waiting"}, states, "one runs, the others wait for a person as one suspected duplicate")
 	require.Equal(t, 1, f.count(demotools.ApplyRefund))
 }
 

@@ -15,9 +15,6 @@ import (
 // The states of a Result besides the turn states (workflows.TurnSucceeded,
 // TurnFailed, TurnWaiting, TurnRunning).
 const (
-	// StateHeld: a suspected duplicate, not run (see the package
-	// documentation); Held says of what.
-	StateHeld = "held"
 	// StateRefused: nothing was run (bad arguments or _meta, or the
 	// session refused the turn: a conflict, an ended session, an earlier
 	// turn still waiting for a person).
@@ -35,12 +32,12 @@ const MetaOperationKey = "agentsaga/operation_key"
 // Result is the structuredContent of every tools/call result.
 type Result struct {
 	// State is succeeded, failed, waiting or running (the turn's), or
-	// held, refused or no_answer (the gateway's).
+	// refused or no_answer (the gateway's). A suspected duplicate is a turn
+	// of its own that waits for a person (Held says of what).
 	State   string `json:"state"`
 	Tool    string `json:"tool"`
 	Session string `json:"session"`
-	// Turn and Key name the call's turn and operation key (for a held call:
-	// the earlier call's).
+	// Turn and Key name the call's turn and operation key.
 	Turn       int             `json:"turn,omitempty"`
 	Key        string          `json:"key,omitempty"`
 	ExternalID string          `json:"external_id,omitempty"`
@@ -50,13 +47,13 @@ type Result struct {
 	Step *workflows.StepStatus `json:"step,omitempty"`
 	// Question is the open question of a waiting call, with its card.
 	Question *workflows.Question `json:"question,omitempty"`
-	// Held says which earlier call a held call duplicates.
+	// Held says which earlier call a suspected duplicate repeats.
 	Held *Held `json:"held,omitempty"`
 	// Message is the text content.
 	Message string `json:"message"`
 }
 
-// Held describes the earlier call a held call duplicates.
+// Held describes the earlier call a suspected duplicate repeats.
 type Held struct {
 	Reason       string    `json:"reason"` // suspected_duplicate
 	Turn         int       `json:"turn"`
