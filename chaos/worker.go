@@ -19,6 +19,7 @@ import (
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/sagaworker"
 )
 
@@ -77,7 +78,7 @@ func RunWorker(ctx context.Context, stdin io.Reader, out, errOut io.Writer) int 
 			return fail("%s is not set: this process is started by `starter chaos`, not by hand", name)
 		}
 	}
-	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(redact.NewHandler(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	tools, err := demotools.Registry(demotools.SandboxConfig(os.Getenv(EnvSandbox)))
 	if err != nil {
 		return fail("tools: %v", err)

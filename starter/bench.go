@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/bench"
 	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/redact"
 )
 
 func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
@@ -45,7 +46,7 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	}
 	if !*asJSON {
 		fmt.Fprintln(out, "starting an embedded Temporal server, the sandbox providers and a worker ...")
-		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		o.Logger = slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	}
 	st, err := devstack.Start(ctx, devstack.Options{UIPort: -1})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/chaos"
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/sandbox"
 )
 
@@ -57,7 +58,7 @@ func cmdChaos(ctx context.Context, args []string, stdin io.Reader, out io.Writer
 	}
 	log := slog.New(slog.DiscardHandler)
 	if *verbose {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		log = slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	}
 	if !*asJSON {
 		fmt.Fprintf(out, "chaos run: %d plans, seed %d, %d worker processes; this takes a few minutes ...\n", *plans, *seed, *workers)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/agentsaga/agentsaga/redact"
 	"log/slog"
 	"os"
 
@@ -9,5 +10,5 @@ import (
 
 // quietLogger keeps the SDK's client logs to warnings and errors on stderr.
 func quietLogger() log.Logger {
-	return log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	return log.NewStructuredLogger(slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/operators"
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/sagaclient"
 )
 
@@ -99,7 +100,7 @@ func serveMCP(ctx context.Context, plans mcpgw.Plans, m mcpFlags, stdin io.Reade
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(redact.NewHandler(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	srv, err := mcpgw.New(plans, tools, mcpgw.Options{
 		DuplicateWindow: m.window, CallTimeout: m.timeout, Logger: log,
 		Session: sagaclient.SessionOptions{RequestedBy: m.requestedBy},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/config"
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/sandbox"
 )
 
@@ -112,7 +113,7 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 				return fmt.Errorf("sandbox serve: %w (give another --token-file)", err)
 			}
 		}
-		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		log := slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 		return sandbox.Serve(ctx, sandbox.Options{Addr: *addr, Dir: *dir, Logger: log, Token: token}, func(s *sandbox.Sandbox) {
 			fmt.Fprintf(out, "sandbox providers at %s (admin %s/admin, token in %s)\n", s.BaseURL(), s.BaseURL(), where)
 		})
