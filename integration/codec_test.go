@@ -86,11 +86,8 @@ func TestHistoryHoldsNoPlaintext(t *testing.T) {
 		collect(e)
 	}
 	collect(desc)
-	// The approver's name is left out here: sagaclient names the Update
-	// after the decision (decision:<question>:<by>:<action>) and Update ids
-	// are metadata the server keeps in plain (reported; the fix belongs in
-	// sagaclient). Its payloads, which carry the name too, are encrypted.
-	for _, plain := range []string{order, argNote, decision, final.Steps[0].ExternalID} {
+	// The approver's name too: decision Update IDs are hashes.
+	for _, plain := range []string{order, argNote, decision, approver, final.Steps[0].ExternalID} {
 		require.False(t, bytes.Contains(stored, []byte(plain)), "the server holds %q in plain", plain)
 	}
 	require.Greater(t, len(payloads), 5, "the history has payloads to check")

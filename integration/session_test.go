@@ -85,6 +85,8 @@ func TestSessionAcrossContinueAsNew(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3, reversed, "end failed reversed the payment, the invoice and the refund")
+	_, err = st.Plans.Turn(ctx, session, workflows.TurnRequest{Turn: 6, Steps: []plan.Step{read}}, opts)
+	require.ErrorIs(t, err, sagaclient.ErrSessionEnded, "an ended session is not started again under its ID")
 }
 
 // Three reads of one turn run at once: their activity intervals overlap in

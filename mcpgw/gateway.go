@@ -434,8 +434,8 @@ func (g *gateway) hold(ctx context.Context, st *sessionState, id string, out Res
 		if err := g.load(ctx, out.Session, st); err != nil {
 			return refusal(out, err.Error())
 		}
-		step.Hold = fmt.Sprintf("suspected duplicate of %s (the same %s with the same arguments %s earlier, sent without _meta %q): approve only if a second, separate effect is wanted",
-			earlier, out.Tool, now.Sub(prev.at).Round(time.Second), MetaKey)
+		step.Hold = tool.Clip(fmt.Sprintf("suspected duplicate of %s (the same %s with the same arguments %s earlier, sent without _meta %q): approve only if a second, separate effect is wanted",
+			earlier, out.Tool, now.Sub(prev.at).Round(time.Second), MetaKey), plan.MaxHoldLen-len("..."))
 		rec = &record{turn: st.next, step: step, at: now}
 		st.next++
 		prev.held = rec
@@ -500,7 +500,7 @@ func refused(err error) bool {
 	var app *temporal.ApplicationError
 	var conflict *sagaclient.ConflictError
 	var v *plan.ValidationError
-	return errors.As(err, &app) || errors.As(err, &conflict) || errors.As(err, &v)
+	return errors.As(err, &app) || errors.As(err, &conflict) || errors.As(err, &v) || errors.Is(err, sagaclient.ErrSessionEnded)
 }
 
 // failure answers a call whose turn was refused or not answered.

@@ -496,6 +496,10 @@ func SortEscalations(list []Escalation) {
 	})
 }
 
+// ErrSessionEnded is returned by Turn for a session whose workflow has
+// ended: its ID is not started again; start a new session.
+var ErrSessionEnded = errors.New("the session has ended: start a new session (a new session_id)")
+
 // SessionOptions configure Turn's start of a session workflow.
 type SessionOptions struct {
 	// RequestedBy names the principal behind the session (four eyes).
@@ -530,6 +534,10 @@ func (c *Client) Turn(ctx context.Context, session string, t workflows.TurnReque
 			Args: []any{t}, WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return workflows.TurnResult{}, fmt.Errorf("send turn %d of session %s: %w", t.Turn, session, ErrSessionEnded)
+	}
 	if err != nil {
 		return workflows.TurnResult{}, fmt.Errorf("send turn %d of session %s: %w", t.Turn, session, err)
 	}

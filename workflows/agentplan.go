@@ -157,7 +157,7 @@ func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
 		if len(failed) == 0 {
 			continue
 		}
-		n := failed[0]
+		n := r.firstCause(failed)
 		r.st.Error = fmt.Sprintf("step %d (%s) failed: %s", n, r.step(n).Tool, r.step(n).LastError)
 		for _, f := range failed {
 			r.reconcileFailed(dctx, f)
@@ -240,6 +240,17 @@ func (r *run) runGroup(ctx, dctx workflow.Context, g []int) []int {
 		}
 	}
 	return failed
+}
+
+// firstCause returns the failed step that caused a group to fail: the first
+// one not merely withdrawn because a sibling failed.
+func (r *run) firstCause(failed []int) int {
+	for _, n := range failed {
+		if !strings.HasPrefix(r.step(n).LastError, withdrawnPrefix) {
+			return n
+		}
+	}
+	return failed[0]
 }
 
 // finish waits for decision handlers still running, then returns the status

@@ -60,7 +60,13 @@ const (
 	// versionReversalRowSettled: a person's answer to a reversal question
 	// closes the reversal's own ledger row.
 	versionReversalRowSettled = "reversal-row-settled"
+	// versionTurnVerdictRecorded: a session turn's validation verdict is
+	// recorded in the Update handler.
+	versionTurnVerdictRecorded = "turn-verdict-recorded"
 )
+
+// withdrawnPrefix starts the error of a step whose approval was withdrawn.
+const withdrawnPrefix = "withdrawn"
 
 // register installs the status query, the decision Updates (with
 // validators) and the signal listeners.
@@ -650,7 +656,7 @@ func (r *run) askApproval(ctx, dctx workflow.Context, n int, rule string, rep ac
 	case q.decision != nil:
 		d = *q.decision
 	case err != nil:
-		d = Decision{Kind: "expire", QuestionID: q.ID, By: System, At: workflow.Now(dctx), Note: "withdrawn while waiting for approval: the plan was cancelled or a step running beside it failed"}
+		d = Decision{Kind: "expire", QuestionID: q.ID, By: System, At: workflow.Now(dctx), Note: withdrawnPrefix + " while waiting for approval: the plan was cancelled or a step running beside it failed"}
 	case !answered:
 		d = Decision{Kind: "expire", QuestionID: q.ID, By: System, At: workflow.Now(dctx), Note: fmt.Sprintf("approval expired after %s without an answer: counted as rejected", window)}
 	}

@@ -96,6 +96,8 @@ type SessionCarry struct {
 	Stack  []int               `json:"stack"`
 	Turns  map[int]*turnRecord `json:"turns"`
 	Seq    int                 `json:"seq"`
+	// ArgBytes counts the args of every turn so far (MaxSessionArgBytes).
+	ArgBytes int `json:"arg_bytes"`
 }
 
 // turnRecord is what a session remembers of a turn.
@@ -127,6 +129,11 @@ func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, erro
 	}
 	ss := &session{run: r, in: in, turns: map[int]*turnRecord{}, limits: pin.Limits.WithDefaults()}
 	if c := in.Carry; c != nil {
+		if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" || len(c.Args) != len(c.Status.Steps) {
+			return Status{}, temporal.NewNonRetryableApplicationError(
+				"carry is the session's own state handed over by continue-as-new: clients leave it empty", "InvalidSession", nil)
+		}
+		ss.argBytes = c.ArgBytes
 		r.st, r.stack, r.seq, ss.turns = c.Status, c.Stack, c.Seq, c.Turns
 		for _, a := range c.Args {
 			r.plan.Steps = append(r.plan.Steps, plan.Step{Args: a})
@@ -163,9 +170,25 @@ func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, erro
 	if ctx.Err() == nil && ss.ended == nil {
 		_ = workflow.Await(dctx, func() bool { return workflow.AllHandlersFinished(dctx) })
 		next := in
-		next.Carry = &SessionCarry{Status: r.st, Stack: r.stack, Turns: ss.turns, Seq: r.seq}
-		for _, st := range r.plan.Steps {
-			next.Carry.Args = append(next.Carry.Args, st.Args)
+		next.Carry = &SessionCarry{Status: r.st, Stack: r.stack, Turns: ss.turns, Seq: r.seq, ArgBytes: ss.argBytes}
+		// Only what later turns need: the args of steps a reversal may
+		// still need, and results up to a bound.
+		onStack := map[int]bool{}
+		for _, n := range r.stack {
+			onStack[n] = true
+		}
+		next.Carry.Status.Steps = append([]StepStatus(nil), r.st.Steps...)
+		for i, st := range r.plan.Steps {
+			var a json.RawMessage
+			if onStack[i+1] {
+				a = st.Args
+			}
+			next.Carry.Args = append(next.Carry.Args, a)
+			c := &next.Carry.Status.Steps[i]
+			c.Decisions = nil
+			if len(c.Result) > maxCarriedResult {
+				c.Result = nil
+			}
 		}
 		return Status{}, workflow.NewContinueAsNewError(ctx, SessionWorkflowName, next)
 	}
@@ -188,7 +211,9 @@ type session struct {
 	active  int // the turn running now, 0 if none
 	started int // turns started in this run
 	ended   *EndRequest
-	limits  plan.Limits // pinned at the session's start
+	// argBytes counts the bytes of the args of every turn so far.
+	argBytes int
+	limits   plan.Limits // pinned at the session's start
 }
 
 func (ss *session) registerSession(ctx workflow.Context) error {
@@ -205,7 +230,7 @@ func (ss *session) registerSession(ctx workflow.Context) error {
 	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateTurn,
 		func(ctx workflow.Context, t TurnRequest) (TurnResult, error) { return ss.turn(ctx, t) },
 		workflow.UpdateHandlerOptions{
-			Validator:   func(ctx workflow.Context, t TurnRequest) error { _, err := ss.checkTurn(t); return err },
+			Validator:   func(ctx workflow.Context, t TurnRequest) error { _, err := ss.checkTurn(ctx, t, true); return err },
 			Description: "Run one model turn's tool calls; returns their results or the open question.",
 		})
 	if err != nil {
@@ -237,7 +262,7 @@ func (ss *session) registerSession(ctx workflow.Context) error {
 // checkTurn validates a turn and returns its fingerprint. A turn sent again
 // with the same payload is accepted (it returns the first result); with
 // another payload it is a conflict.
-func (ss *session) checkTurn(t TurnRequest) (string, error) {
+func (ss *session) checkTurn(ctx workflow.Context, t TurnRequest, validating bool) (string, error) {
 	p := plan.Plan{SessionID: ss.run.plan.SessionID, Turn: t.Turn, RequestID: t.RequestID, RequestedBy: ss.in.RequestedBy, Parallel: t.Parallel, Steps: t.Steps}
 	fp, err := p.Fingerprint()
 	if err != nil {
@@ -255,16 +280,58 @@ func (ss *session) checkTurn(t TurnRequest) (string, error) {
 	case ss.active != 0:
 		return "", refused("turn %d is still running (see its open question): send turn %d when it has finished", ss.active, t.Turn)
 	}
-	if err := p.ValidateWith(ss.run.specs, ss.limits); err != nil {
-		return "", refused("%v", err)
+	if why := ss.verdict(ctx, p, validating); why != "" {
+		return "", refused("%s", why)
 	}
 	return fp, nil
+}
+
+// Session limits: everything a session did is handed over at
+// continue-as-new, so a session is bounded.
+const (
+	// MaxSessionSteps bounds the tool calls of one session.
+	MaxSessionSteps = 300
+	// MaxSessionArgBytes bounds the bytes of all args of one session.
+	MaxSessionArgBytes = 512 << 10
+	// maxCarriedResult bounds a step's result kept across continue-as-new.
+	maxCarriedResult = 1 << 10
+)
+
+// verdict validates a new turn against the pinned specs and limits and the
+// session's bounds. In the Update's handler the verdict is recorded
+// (SideEffect), so a later change of the validation code never changes a
+// session's replay.
+func (ss *session) verdict(ctx workflow.Context, p plan.Plan, validating bool) string {
+	check := func() string {
+		if n := len(ss.run.st.Steps) + len(p.Steps); n > MaxSessionSteps {
+			return fmt.Sprintf("the session would hold %d tool calls, the limit is %d (MaxSessionSteps): start a new session", n, MaxSessionSteps)
+		}
+		size := ss.argBytes
+		for _, s := range p.Steps {
+			size += len(s.Args)
+		}
+		if size > MaxSessionArgBytes {
+			return fmt.Sprintf("the session's arguments would be %d bytes, the limit is %d (MaxSessionArgBytes): start a new session", size, MaxSessionArgBytes)
+		}
+		if err := p.ValidateWith(ss.run.specs, ss.limits); err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	if validating || workflow.GetVersion(ctx, versionTurnVerdictRecorded, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return check()
+	}
+	var why string
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return check() }).Get(&why); err != nil {
+		return "the turn's verdict could not be read: " + err.Error()
+	}
+	return why
 }
 
 // turn runs (or, for a turn sent again, reads) a turn and returns when it
 // has finished or one of its steps waits for a person.
 func (ss *session) turn(ctx workflow.Context, t TurnRequest) (TurnResult, error) {
-	fp, err := ss.checkTurn(t)
+	fp, err := ss.checkTurn(ctx, t, false)
 	if err != nil {
 		return TurnResult{}, err
 	}
@@ -303,6 +370,7 @@ func (ss *session) start(ctx workflow.Context, t TurnRequest, fp string) *turnRe
 	p := plan.Plan{SessionID: r.plan.SessionID, Turn: t.Turn, Steps: t.Steps}
 	rec := &turnRecord{Fingerprint: fp, First: len(r.st.Steps) + 1, Last: len(r.st.Steps) + len(t.Steps), State: TurnRunning}
 	for i, s := range t.Steps {
+		ss.argBytes += len(s.Args)
 		sfp, _ := p.StepFingerprint(i + 1)
 		r.plan.Steps = append(r.plan.Steps, s)
 		r.st.Steps = append(r.st.Steps, StepStatus{
@@ -322,7 +390,7 @@ func (ss *session) start(ctx workflow.Context, t TurnRequest, fp string) *turnRe
 			if len(failed) == 0 {
 				continue
 			}
-			n := failed[0]
+			n := r.firstCause(failed)
 			rec.Error = fmt.Sprintf("step %d (%s) failed: %s", n-rec.First+1, r.step(n).Tool, r.step(n).LastError)
 			for _, f := range failed {
 				r.reconcileFailed(dctx, f)

@@ -1,6 +1,7 @@
 package workflows_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -138,4 +139,39 @@ func TestSessionFailedTurnCompensatesItsOwnWrites(t *testing.T) {
 	require.Equal(t, ledger.Succeeded, st.Steps[0].State, "turn 1's charge is kept")
 	require.Empty(t, h.p.callsOf("charge_reverse"))
 	require.Equal(t, 1, h.p.count("invoice_storno"))
+}
+
+// A client cannot hand a session a made-up state: carry comes only from the
+// session's own continue-as-new.
+func TestSessionRefusesACarryFromAClient(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss3", Carry: &workflows.SessionCarry{
+		Status: workflows.Status{Steps: []workflows.StepStatus{{Step: 1, Tool: "charge", Key: "ss3:1:1:charge", ExternalID: "ch_never", State: ledger.Succeeded}}},
+		Args:   []json.RawMessage{json.RawMessage(`{"order_id":"o1","amount_minor":99999999999}`)}, Stack: []int{1}}})
+	require.ErrorContains(t, env.GetWorkflowError(), "clients leave it empty")
+	require.Empty(t, h.p.callsOf("charge_reverse"), "nothing was reversed on a made-up state")
+}
+
+// A session is bounded: a turn that would take it past MaxSessionSteps is
+// refused, naming the limit.
+func TestSessionIsBounded(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	var big *turnAnswer
+	fifty := make([]plan.Step, 0, 50)
+	for i := 0; i < 50; i++ {
+		fifty = append(fifty, step("read_order", "o1", 1))
+	}
+	for turn := 1; turn <= workflows.MaxSessionSteps/50; turn++ {
+		env.RegisterDelayedCallback(func() { sendTurn(env, "ss4", turn, fifty...) }, time.Duration(turn)*time.Second)
+	}
+	env.RegisterDelayedCallback(func() {
+		big = sendTurn(env, "ss4", workflows.MaxSessionSteps/50+1, step("read_order", "o1", 1))
+	}, time.Minute)
+	env.RegisterDelayedCallback(func() { endSession(env, "succeeded") }, 2*time.Minute)
+	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss4"})
+	require.NoError(t, env.GetWorkflowError())
+	require.Error(t, big.rejected)
+	require.Contains(t, big.rejected.Error(), "MaxSessionSteps")
 }
