@@ -69,7 +69,10 @@ func TestChaosShort(t *testing.T) {
 	require.Equal(t, 1, rep.KillsBetweenCommitAndCompletion)
 	require.Equal(t, 1, rep.Restarts)
 	require.GreaterOrEqual(t, rep.StartedTenTimes, 1)
-	require.GreaterOrEqual(t, rep.Decisions["early_refused"], 1, "decisions: %v", rep.Decisions)
+	// An early decision is refused when it beats its question and applied
+	// when the question opened first (both correct; which one happens is
+	// timing): at least one was sent, and the invariants above hold.
+	require.GreaterOrEqual(t, rep.Decisions["early_refused"]+rep.Decisions["early_applied"], 1, "decisions: %v", rep.Decisions)
 	require.GreaterOrEqual(t, rep.Decisions["duplicate"], 1, "decisions: %v", rep.Decisions)
 	require.GreaterOrEqual(t, rep.Decisions["approve"], 1, "decisions: %v", rep.Decisions)
 	require.GreaterOrEqual(t, rep.Ends["waiting"], 1, "a plan left waiting for a human and listed: %v", rep.Ends)
