@@ -166,6 +166,9 @@ func checkText(field, v string, limit int, required bool) error {
 		if unicode.IsControl(c) && (field == "by" || (c != '\n' && c != '\t')) {
 			return refused("%s holds a control character (%U): send plain text", field, c)
 		}
+		if field == "by" && unicode.Is(unicode.Cf, c) {
+			return refused("by holds an invisible formatting character (%U): send a plain name", c)
+		}
 	}
 	return nil
 }
@@ -345,11 +348,45 @@ func (r *run) checkApprove(ctx workflow.Context, a ApproveSignal, validating boo
 // approveTarget checks an approval and returns the question it answers (nil
 // with dup set for a repeated identical decision) and whether the sender's
 // identity was verified.
-func (r *run) approveTarget(ctx workflow.Context, a ApproveSignal, validating bool) (*question, bool, error) {
+// CheckApprove checks an approve payload on its own, before any question is
+// looked at: by (required, at most MaxByLen bytes, no control characters),
+// reason (at most MaxNoteLen), question_id (at most MaxQuestionIDLen), all
+// valid UTF-8.
+func CheckApprove(a ApproveSignal) error {
 	if err := checkText("by", a.By, MaxByLen, true); err != nil {
-		return nil, false, err
+		return err
 	}
 	if err := checkText("reason", a.Reason, MaxNoteLen, false); err != nil {
+		return err
+	}
+	return checkText("question_id", a.QuestionID, MaxQuestionIDLen, false)
+}
+
+// CheckResolve checks a resolve payload on its own: by and note as for
+// CheckApprove, external_id (at most MaxExternalIDLen), and an outcome of
+// succeeded, failed or retry.
+func CheckResolve(s ResolveSignal) error {
+	if err := checkText("by", s.By, MaxByLen, true); err != nil {
+		return err
+	}
+	if err := checkText("note", s.Note, MaxNoteLen, false); err != nil {
+		return err
+	}
+	if err := checkText("external_id", s.ExternalID, MaxExternalIDLen, false); err != nil {
+		return err
+	}
+	if err := checkText("question_id", s.QuestionID, MaxQuestionIDLen, false); err != nil {
+		return err
+	}
+	switch s.Outcome {
+	case OutcomeSucceeded, OutcomeFailed, OutcomeRetry:
+		return nil
+	}
+	return refused("outcome %q is not one of succeeded, failed, retry", clip(string(s.Outcome), 40))
+}
+
+func (r *run) approveTarget(ctx workflow.Context, a ApproveSignal, validating bool) (*question, bool, error) {
+	if err := CheckApprove(a); err != nil {
 		return nil, false, err
 	}
 	q, dup, err := r.openFor(ctx, []string{QuestionApproval}, a.Step, a.QuestionID, sameApprove(a))
@@ -396,19 +433,8 @@ func (r *run) checkResolve(ctx workflow.Context, s ResolveSignal, validating boo
 }
 
 func (r *run) resolveTarget(ctx workflow.Context, s ResolveSignal, validating bool) (*question, bool, error) {
-	if err := checkText("by", s.By, MaxByLen, true); err != nil {
+	if err := CheckResolve(s); err != nil {
 		return nil, false, err
-	}
-	if err := checkText("note", s.Note, MaxNoteLen, false); err != nil {
-		return nil, false, err
-	}
-	if err := checkText("external_id", s.ExternalID, MaxExternalIDLen, false); err != nil {
-		return nil, false, err
-	}
-	switch s.Outcome {
-	case OutcomeSucceeded, OutcomeFailed, OutcomeRetry:
-	default:
-		return nil, false, refused("outcome %q is not one of succeeded, failed, retry", s.Outcome)
 	}
 	q, dup, err := r.openFor(ctx, []string{QuestionOutcome, QuestionReversal}, s.Step, s.QuestionID, sameResolve(s))
 	if err != nil || dup != nil {
