@@ -108,23 +108,11 @@ func waitingText(out Result) string {
 	if q := out.Question; q != nil {
 		c := q.Card
 		fmt.Fprintf(&b, "\nquestion %s (%s) on step %d of workflow %s; answers: %s", q.ID, q.Kind, q.Step, workflows.SessionWorkflowID(out.Session), strings.Join(q.Answers, ", "))
-		line := func(k, v string) {
-			if v != "" {
-				fmt.Fprintf(&b, "\n  %-12s %s", k+":", v)
-			}
-		}
-		line("change", c.Change)
-		line("system", c.System)
-		line("object", c.Object)
-		line("amount", c.Amount)
-		line("requested by", c.RequestedBy)
-		line("rule", c.Rule)
-		line("clash", c.Clash)
-		for _, a := range c.AlreadyRan {
-			line("already ran", a)
+		for _, l := range c.Lines() {
+			fmt.Fprintf(&b, "\n  %-12s %s", l.Label+":", l.Value)
 		}
 		if !q.ExpiresAt.IsZero() {
-			line("expires", q.ExpiresAt.UTC().Format(time.RFC3339))
+			fmt.Fprintf(&b, "\n  %-12s %s", "expires:", q.ExpiresAt.UTC().Format(time.RFC3339))
 		}
 	}
 	step := "N"

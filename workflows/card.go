@@ -185,24 +185,11 @@ func (r *run) details(ctx workflow.Context) {
 	for _, q := range r.openList() {
 		c := q.Card
 		fmt.Fprintf(&b, "\n**Open question %s** (%s, step %d), answers: %s\n\n", q.ID, q.Kind, q.Step, strings.Join(q.Answers, ", "))
-		line := func(label, v string) {
-			if v != "" {
-				fmt.Fprintf(&b, "- %s: %s\n", label, v)
-			}
+		for _, l := range c.Lines() {
+			fmt.Fprintf(&b, "- %s: %s\n", l.Label, l.Value)
 		}
-		line("change", c.Change)
-		line("system", c.System)
-		line("object", c.Object)
-		line("amount", c.Amount)
-		line("asked by", strings.TrimSpace(strings.Join([]string{c.RequestedBy, c.RequestID, "session " + c.Session}, " ")))
-		line("rule", c.Rule)
-		line("clash", c.Clash)
-		for _, a := range c.AlreadyRan {
-			line("already ran", a)
-		}
-		line("key", c.Key)
 		if !q.ExpiresAt.IsZero() {
-			line("expires", q.ExpiresAt.Format("2006-01-02 15:04:05Z07:00"))
+			fmt.Fprintf(&b, "- expires: %s\n", q.ExpiresAt.Format("2006-01-02 15:04:05Z07:00"))
 		}
 	}
 	workflow.SetCurrentDetails(ctx, redact.String(b.String()))

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/agentsaga/agentsaga/ledger"
@@ -290,4 +291,40 @@ func (r ResolveSignal) SigningBytes(workflowID string) []byte {
 		Decision   ResolveSignal `json:"decision"`
 	}{workflowID, SignalResolve, r})
 	return append([]byte(signingPrefix), b...)
+}
+
+// CardLine is one labelled line of a card, for people.
+type CardLine struct {
+	Label, Value string
+}
+
+// Lines returns the card's non-empty lines in the order people read them:
+// change, system, object, amount, who asked, rule, clash, already ran (one
+// line each), key. Every printer of a card (the UI's current details, the
+// MCP gateway, the CLI) words them the same way.
+func (c Card) Lines() []CardLine {
+	var out []CardLine
+	add := func(label, v string) {
+		if v != "" {
+			out = append(out, CardLine{label, v})
+		}
+	}
+	add("change", c.Change)
+	add("system", c.System)
+	add("object", c.Object)
+	add("amount", c.Amount)
+	var who []string
+	for _, w := range [][2]string{{"request ", c.RequestID}, {"requested by ", c.RequestedBy}, {"session ", c.Session}} {
+		if w[1] != "" {
+			who = append(who, w[0]+w[1])
+		}
+	}
+	add("who asked", strings.Join(who, ", "))
+	add("rule", c.Rule)
+	add("clash", c.Clash)
+	for _, a := range c.AlreadyRan {
+		add("already ran", a)
+	}
+	add("key", c.Key)
+	return out
 }
