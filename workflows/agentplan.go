@@ -280,17 +280,24 @@ type run struct {
 	lastErr    map[int]string      // the error type that ended each failed step
 }
 
+// newRunState returns a run with its bookkeeping allocated; AgentPlan and
+// AgentSession both start from it.
+func newRunState(s *Saga, specs tool.Specs, p plan.Plan) *run {
+	return &run{
+		saga: s, specs: specs, plan: p,
+		closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{}, lastErr: map[int]string{},
+	}
+}
+
 func newRun(ctx workflow.Context, s *Saga, specs tool.Specs, p plan.Plan) (*run, error) {
 	fp, err := p.Fingerprint()
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidPlan", nil)
 	}
-	r := &run{
-		saga: s, specs: specs, plan: p, closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{}, lastErr: map[int]string{},
-		st: Status{
-			WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: p.SessionID, Turn: p.Turn,
-			RequestID: redact.String(p.RequestID), PlanFingerprint: fp,
-		},
+	r := newRunState(s, specs, p)
+	r.st = Status{
+		WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: p.SessionID, Turn: p.Turn,
+		RequestID: redact.String(p.RequestID), PlanFingerprint: fp,
 	}
 	for n, s := range p.Steps {
 		sfp, err := p.StepFingerprint(n + 1)

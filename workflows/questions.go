@@ -559,14 +559,6 @@ func clip(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
-// closedQuestion returns the question a decision just closed, if known.
-func (r *run) closedQuestion(id string) *Question {
-	if q, ok := r.justClosed[id]; ok {
-		return &q
-	}
-	return nil
-}
-
 // openList returns the open questions, oldest first.
 func (r *run) openList() []Question {
 	var out []Question
@@ -613,7 +605,6 @@ func (r *run) open(ctx workflow.Context, n int, kind, rule string, answers []str
 func (r *run) close(ctx workflow.Context, q *question, d Decision) {
 	delete(r.qs, q.Step)
 	r.st.Questions = r.openList()
-	r.justClosed = map[string]Question{q.ID: q.Question}
 	r.closed[q.ID] = d
 	r.lastClosed[q.Step] = d
 	st := r.step(q.Step)
@@ -623,12 +614,14 @@ func (r *run) close(ctx workflow.Context, q *question, d Decision) {
 	if q.Kind == QuestionReversal && st.Compensation != nil {
 		key = st.Compensation.Key
 	}
-	r.audit(ctx, key, d, &q.Card)
+	r.audit(ctx, key, d, &q.Question)
 	r.count(ctx, MetricDecisions, map[string]string{"kind": auditKind(d), "outcome": string(d.Outcome)})
 	r.details(ctx)
 }
 
-func (r *run) audit(ctx workflow.Context, key string, d Decision, card *Card) {
+// audit appends d to the ledger's audit trail, with the card of the
+// question it answered (nil for a refused signal that answered none).
+func (r *run) audit(ctx workflow.Context, key string, d Decision, q *Question) {
 	rec := ledger.DecisionRecord{
 		QuestionID: d.QuestionID, Key: key, WorkflowID: r.st.WorkflowID, Kind: auditKind(d), By: d.By, Verified: d.Verified,
 		SentAt: d.SentAt, AppliedAt: d.At, Outcome: string(d.Outcome), ExternalID: d.ExternalID, Note: d.Note, Refused: d.Refused,
@@ -636,10 +629,8 @@ func (r *run) audit(ctx workflow.Context, key string, d Decision, card *Card) {
 	if d.Assertion {
 		rec.Note = strings.TrimSpace("(assertion: the tool cannot look itself up) " + rec.Note)
 	}
-	if card != nil {
-		rec.Card, _ = json.Marshal(card)
-	}
-	if q := r.closedQuestion(d.QuestionID); q != nil {
+	if q != nil {
+		rec.Card, _ = json.Marshal(q.Card)
 		rec.OpenedAt = q.OpenedAt
 	}
 	opts := bookkeeping

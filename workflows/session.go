@@ -122,11 +122,8 @@ func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, erro
 	if in.SessionID == "" {
 		return Status{}, temporal.NewNonRetryableApplicationError("session_id is required", "InvalidSession", nil)
 	}
-	r := &run{
-		saga: s, specs: pin.Specs, closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{}, lastErr: map[int]string{},
-		plan: plan.Plan{SessionID: in.SessionID, RequestedBy: in.RequestedBy},
-		st:   Status{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: in.SessionID},
-	}
+	r := newRunState(s, pin.Specs, plan.Plan{SessionID: in.SessionID, RequestedBy: in.RequestedBy})
+	r.st = Status{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: in.SessionID}
 	ss := &session{run: r, in: in, turns: map[int]*turnRecord{}, limits: pin.Limits.WithDefaults()}
 	if c := in.Carry; c != nil {
 		if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" || len(c.Args) != len(c.Status.Steps) {
