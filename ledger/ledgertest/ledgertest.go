@@ -225,41 +225,59 @@ func testExecuteThenReplay(t *testing.T, h Harness) {
 	e.noDuplicateKeys()
 }
 
+// raceClaims starts n claims at the same instant, claim i made by
+// request(i), and returns every verdict (failing the test on any error).
+func (e *env) raceClaims(n int, request func(i int) ledger.ClaimRequest) []ledger.Verdict {
+	e.t.Helper()
+	verdicts := make([]ledger.Verdict, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			c, err := e.store.Claim(e.ctx, request(i))
+			verdicts[i], errs[i] = c.Verdict, err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		require.NoError(e.t, errs[i], "claim %d", i)
+	}
+	return verdicts
+}
+
+// tally counts verdicts.
+func tally(verdicts []ledger.Verdict) map[ledger.Verdict]int {
+	count := map[ledger.Verdict]int{}
+	for _, v := range verdicts {
+		count[v]++
+	}
+	return count
+}
+
 // testConcurrentClaims races 200 executors for one key: on the insert of a
 // fresh key, on the conditional update of a pending row, of an unknown row
 // and of an expired lease. Each time exactly one gets the lease.
 func testConcurrentClaims(t *testing.T, h Harness) {
 	e := newEnv(t, h)
+	const n = 200
 	race := func(phase string) (winner string, _ map[ledger.Verdict]int) {
-		const n = 200
-		verdicts := make([]ledger.Verdict, n)
-		errs := make([]error, n)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				r := req("same")
-				r.Executor = fmt.Sprintf("%s-w%d", phase, i)
-				c, err := e.store.Claim(e.ctx, r)
-				verdicts[i], errs[i] = c.Verdict, err
-			}()
-		}
-		close(start)
-		wg.Wait()
-		count := map[ledger.Verdict]int{}
-		for i := range n {
-			require.NoError(t, errs[i], phase)
-			count[verdicts[i]]++
-			if verdicts[i] == ledger.Execute || verdicts[i] == ledger.ReconcileFirst {
+		verdicts := e.raceClaims(n, func(i int) ledger.ClaimRequest {
+			r := req("same")
+			r.Executor = fmt.Sprintf("%s-w%d", phase, i)
+			return r
+		})
+		for i, v := range verdicts {
+			if v == ledger.Execute || v == ledger.ReconcileFirst {
 				winner = fmt.Sprintf("%s-w%d", phase, i)
 			}
 		}
-		return winner, count
+		return winner, tally(verdicts)
 	}
-	const n = 200
 	w, count := race("fresh")
 	require.Equal(t, map[ledger.Verdict]int{ledger.Execute: 1, ledger.InFlight: n - 1}, count)
 
@@ -679,29 +697,12 @@ func testConcurrentGuard(t *testing.T, h Harness) {
 	for _, hold := range []bool{false, true} {
 		const n = 50
 		scope := fmt.Sprintf("refund-per-order:o-%t", hold)
-		verdicts := make([]ledger.Verdict, n)
-		errs := make([]error, n)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				r := req(fmt.Sprintf("s%d:1:0:apply_refund:%t", i, hold))
-				r.Executor, r.RequestHash = fmt.Sprintf("w%d", i), fmt.Sprintf("h%d", i)
-				r.GuardScope, r.GuardHold = scope, hold
-				c, err := e.store.Claim(e.ctx, r)
-				verdicts[i], errs[i] = c.Verdict, err
-			}()
-		}
-		close(start)
-		wg.Wait()
-		count := map[ledger.Verdict]int{}
-		for i := range n {
-			require.NoError(t, errs[i])
-			count[verdicts[i]]++
-		}
+		count := tally(e.raceClaims(n, func(i int) ledger.ClaimRequest {
+			r := req(fmt.Sprintf("s%d:1:0:apply_refund:%t", i, hold))
+			r.Executor, r.RequestHash = fmt.Sprintf("w%d", i), fmt.Sprintf("h%d", i)
+			r.GuardScope, r.GuardHold = scope, hold
+			return r
+		}))
 		others := ledger.GuardRefused
 		if hold {
 			others = ledger.Held

@@ -3,7 +3,6 @@ package ledgertest
 import (
 	"database/sql"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -126,28 +125,11 @@ func testPermitRace(t *testing.T, h Harness) {
 		}
 		r.PermitID = e.grant(fmt.Sprintf("q-%t", held), r, true)
 		const n = 30
-		verdicts := make([]ledger.Verdict, n)
-		errs := make([]error, n)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				ri := r
-				ri.Executor = fmt.Sprintf("w%d", i)
-				c, err := e.store.Claim(e.ctx, ri)
-				verdicts[i], errs[i] = c.Verdict, err
-			}()
-		}
-		close(start)
-		wg.Wait()
-		count := map[ledger.Verdict]int{}
-		for i := range n {
-			require.NoError(t, errs[i])
-			count[verdicts[i]]++
-		}
+		count := tally(e.raceClaims(n, func(i int) ledger.ClaimRequest {
+			ri := r
+			ri.Executor = fmt.Sprintf("w%d", i)
+			return ri
+		}))
 		require.Equal(t, map[ledger.Verdict]int{ledger.Execute: 1, ledger.InFlight: n - 1}, count, "held=%t", held)
 		require.False(t, e.consumedAt(e.db(), r.PermitID).IsZero())
 	}
