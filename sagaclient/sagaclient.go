@@ -117,6 +117,7 @@ func (c *Client) Start(ctx context.Context, p plan.Plan) (Run, error) {
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		Memo:                                     map[string]any{workflows.MemoPlanFingerprint: fp},
 		StaticSummary:                            workflows.StaticSummary(p),
+		TypedSearchAttributes:                    workflows.StartAttributes(p.SessionID),
 	}
 	wr, err := c.c.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, p)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
@@ -526,6 +527,7 @@ func (c *Client) Turn(ctx context.Context, session string, t workflows.TurnReque
 		// An ended session is not started again under its ID.
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		StaticSummary:         "agent session " + session,
+		TypedSearchAttributes: workflows.StartAttributes(session),
 	}, workflows.SessionWorkflowName, workflows.SessionStart{SessionID: session, RequestedBy: o.RequestedBy, KeepFailedTurns: o.KeepFailedTurns, TurnsPerRun: o.TurnsPerRun})
 	h, err := c.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,

@@ -97,6 +97,25 @@ var (
 	saNeedsHuman = temporal.NewSearchAttributeKeyBool(SearchAttrNeedsHuman)
 )
 
+// StartAttributes are the search attributes a client sets when it starts a
+// plan or session: the session, state running, no person needed. A run
+// started with them upserts its attributes only when they change (which
+// saves an event and a visibility write per plan); a run started without
+// them (any Temporal client by workflow name, and every run from before
+// this change) upserts on every state change as before, so its replay is
+// unchanged.
+func StartAttributes(session string) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(
+		saSession.ValueSet(session), saState.ValueSet(string(SagaRunning)), saNeedsHuman.ValueSet(false))
+}
+
+// startedWithAttributes reports whether the run was started with
+// StartAttributes (read before the run upserts anything).
+func startedWithAttributes(ctx workflow.Context) bool {
+	_, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(saState)
+	return ok
+}
+
 // pinned is what a plan records in its history when it starts: the specs of
 // its tools (and their reversals) and the verdict of validation against them.
 type pinned struct {
@@ -137,6 +156,7 @@ func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
+	r.upsertOnChange = startedWithAttributes(ctx)
 	if err := r.register(ctx); err != nil {
 		return Status{}, err
 	}
@@ -182,7 +202,8 @@ func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
 // every step alone: GetVersion keeps their replay unchanged.)
 func (r *run) groups(ctx workflow.Context, first, last int, parallel bool) [][]int {
 	var out [][]int
-	if workflow.GetVersion(ctx, versionParallelSteps, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if !r.canGroup(first, last, parallel) ||
+		workflow.GetVersion(ctx, versionParallelSteps, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		for n := first; n <= last; n++ {
 			out = append(out, []int{n})
 		}
@@ -204,6 +225,25 @@ func (r *run) groups(ctx workflow.Context, first, last int, parallel bool) [][]i
 		out = append(out, []int{n})
 	}
 	return out
+}
+
+// canGroup reports whether any two of steps first..last would run together:
+// a parallel plan of two or more steps, or two reads in a row. Otherwise
+// both versions of groups run every step alone, and no version marker is
+// recorded (an older history's marker is skipped on replay).
+func (r *run) canGroup(first, last int, parallel bool) bool {
+	if last <= first {
+		return false
+	}
+	if parallel {
+		return true
+	}
+	for n := first + 1; n <= last; n++ {
+		if !r.specs[r.step(n).Tool].Class.IsWrite() && !r.specs[r.step(n-1).Tool].Class.IsWrite() {
+			return true
+		}
+	}
+	return false
 }
 
 // runGroup runs the steps of a group at once and returns the ones that
@@ -278,6 +318,9 @@ type run struct {
 	refused    int                 // refused signals so far
 	justClosed map[string]Question // the question being closed, for its audit entry
 	lastErr    map[int]string      // the error type that ended each failed step
+	// upsertOnChange skips an upsert of search attributes that would not
+	// change them (runs started with StartAttributes).
+	upsertOnChange bool
 }
 
 // newRunState returns a run with its bookkeeping allocated; AgentPlan and
@@ -334,13 +377,28 @@ func (r *run) refresh(ctx workflow.Context) {
 		s = SagaWaitingApproval
 	}
 	r.st.State = s
+	r.showAttributes(ctx, s)
+	r.details(ctx)
+}
+
+// showAttributes upserts the search attributes for state s (each upsert is
+// a history event and a visibility write; see upsertOnChange).
+func (r *run) showAttributes(ctx workflow.Context, s SagaState) {
 	human := s == SagaNeedsHuman || s == SagaWaitingApproval
+	if r.upsertOnChange {
+		sa := workflow.GetTypedSearchAttributes(ctx)
+		session, _ := sa.GetKeyword(saSession)
+		state, _ := sa.GetKeyword(saState)
+		needs, _ := sa.GetBool(saNeedsHuman)
+		if session == r.plan.SessionID && state == string(s) && needs == human {
+			return
+		}
+	}
 	err := workflow.UpsertTypedSearchAttributes(ctx,
 		saSession.ValueSet(r.plan.SessionID), saState.ValueSet(string(s)), saNeedsHuman.ValueSet(human))
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("search attributes not updated", "error", err)
 	}
-	r.details(ctx)
 }
 
 func (r *run) request(n int) activities.Request {

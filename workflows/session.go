@@ -98,6 +98,10 @@ type SessionCarry struct {
 	Seq    int                 `json:"seq"`
 	// ArgBytes counts the args of every turn so far (MaxSessionArgBytes).
 	ArgBytes int `json:"arg_bytes"`
+	// UpsertOnChange: the session's first run was started with
+	// StartAttributes (carried, because continue-as-new copies the
+	// attributes and the next run cannot tell).
+	UpsertOnChange bool `json:"upsert_on_change,omitempty"`
 }
 
 // turnRecord is what a session remembers of a turn.
@@ -125,7 +129,9 @@ func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, erro
 	r := newRunState(s, pin.Specs, plan.Plan{SessionID: in.SessionID, RequestedBy: in.RequestedBy})
 	r.st = Status{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: in.SessionID}
 	ss := &session{run: r, in: in, turns: map[int]*turnRecord{}, limits: pin.Limits.WithDefaults()}
+	r.upsertOnChange = in.Carry == nil && startedWithAttributes(ctx)
 	if c := in.Carry; c != nil {
+		r.upsertOnChange = c.UpsertOnChange
 		if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" || len(c.Args) != len(c.Status.Steps) {
 			return Status{}, temporal.NewNonRetryableApplicationError(
 				"carry is the session's own state handed over by continue-as-new: clients leave it empty", "InvalidSession", nil)
@@ -167,7 +173,9 @@ func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, erro
 	if ctx.Err() == nil && ss.ended == nil {
 		_ = workflow.Await(dctx, func() bool { return workflow.AllHandlersFinished(dctx) })
 		next := in
-		next.Carry = &SessionCarry{Status: r.st, Stack: r.stack, Turns: ss.turns, Seq: r.seq, ArgBytes: ss.argBytes}
+		next.Carry = &SessionCarry{
+			Status: r.st, Stack: r.stack, Turns: ss.turns, Seq: r.seq, ArgBytes: ss.argBytes, UpsertOnChange: r.upsertOnChange,
+		}
 		// Only what later turns need: the args of steps a reversal may
 		// still need, and results up to a bound.
 		onStack := map[int]bool{}
