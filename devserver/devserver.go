@@ -105,6 +105,7 @@ type Server struct {
 	frontend  string
 	namespace string
 	uiURL     string
+	config    *devConfig
 
 	stopOnce sync.Once
 	stopErr  error
@@ -138,9 +139,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		srv    temporal.Server
 		ports  ports
 		uiHold *net.TCPListener
+		dc     = newDevConfig(opts.DynamicConfig)
 	)
 	for attempt := 1; ; attempt++ {
-		srv, ports, uiHold, err = startTemporal(opts, sqlCfg, logger)
+		srv, ports, uiHold, err = startTemporal(opts, sqlCfg, logger, dc)
 		if err == nil {
 			break
 		}
@@ -159,6 +161,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		logger:    logger,
 		frontend:  net.JoinHostPort(dialHost(opts.Host), strconv.Itoa(ports.frontend)),
 		namespace: opts.Namespace,
+		config:    dc,
 	}
 	if err := s.awaitReady(ctx, opts.SearchAttributes); err != nil {
 		closeHeld(uiHold)
@@ -224,7 +227,7 @@ var testHookPortsChosen func(*ports)
 // started that happens on this goroutine, and is returned here as an error,
 // wrapping errPortTaken when a port was in use. Any other panic on the way is
 // returned with its stack, after an attempt to stop what had started.
-func startTemporal(opts Options, sqlCfg *config.SQL, logger serverLogger) (srv temporal.Server, p ports, uiHold *net.TCPListener, err error) {
+func startTemporal(opts Options, sqlCfg *config.SQL, logger serverLogger, dc *devConfig) (srv temporal.Server, p ports, uiHold *net.TCPListener, err error) {
 	p, uiHold, err = pickPorts(opts)
 	if err != nil {
 		return nil, p, nil, err
@@ -238,7 +241,7 @@ func startTemporal(opts Options, sqlCfg *config.SQL, logger serverLogger) (srv t
 			uiHold = nil
 		}
 	}()
-	serverOpts, err := buildServerOptions(opts, p, sqlCfg, logger)
+	serverOpts, err := buildServerOptions(opts, p, sqlCfg, logger, dc)
 	if err != nil {
 		return nil, p, nil, err
 	}

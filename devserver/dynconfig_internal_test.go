@@ -16,7 +16,7 @@ func TestDynamicConfigDefaultsAndOverrides(t *testing.T) {
 		"matching.numtaskqueuereadpartitions":            1,
 		"matching.numtaskqueuewritepartitions":           1,
 		"history.longpollexpirationinterval":             200 * time.Millisecond,
-		"system.forcesearchattributescacherefreshonread": true,
+		"system.forcesearchattributescacherefreshonread": "true while Start registers search attributes, then false",
 	}
 	got := DevDynamicConfig()
 	for k, v := range want {
@@ -33,6 +33,28 @@ func TestDynamicConfigDefaultsAndOverrides(t *testing.T) {
 	}
 	if v := devDynamicConfig()[dynamicconfig.TransferProcessorMaxPollRPS.Key()]; v != 1000 {
 		t.Errorf("an override changed the defaults themselves: %v", v)
+	}
+}
+
+// The forced search-attribute refresh is on until the attributes are
+// settled, then off; a caller that sets the key keeps its value.
+func TestForcedSearchAttributeRefreshEndsWhenSettled(t *testing.T) {
+	force := func(c *devConfig) any { return c.GetValue(forceSARefresh)[0].Value }
+	c := newDevConfig(nil)
+	if got := force(c); got != true {
+		t.Fatalf("before settle: %v, want true", got)
+	}
+	if v := c.GetValue(dynamicconfig.TransferProcessorMaxPollRPS.Key())[0].Value; v != 1000 {
+		t.Errorf("another key: %v, want the default 1000", v)
+	}
+	c.settle()
+	if got := force(c); got != false {
+		t.Fatalf("after settle: %v, want false", got)
+	}
+	fixed := newDevConfig(map[string]any{"System.ForceSearchAttributesCacheRefreshOnRead": true})
+	fixed.settle()
+	if got := force(fixed); got != true {
+		t.Fatalf("a caller's value after settle: %v, want true", got)
 	}
 }
 

@@ -56,10 +56,12 @@ func (s *Server) awaitReady(ctx context.Context, sas map[string]enums.IndexedVal
 	if err != nil {
 		return err
 	}
-	if len(sas) == 0 {
-		return nil
+	if len(sas) > 0 {
+		if err := registerSearchAttributes(ctx, c, s.namespace, sas); err != nil {
+			return err
+		}
 	}
-	return registerSearchAttributes(ctx, c, s.namespace, sas)
+	return s.settleSearchAttributes(ctx, c, sas)
 }
 
 // registerSearchAttributes adds the attributes of sas that namespace lacks
