@@ -48,6 +48,12 @@ type Options struct {
 	// LedgerOps is how many claim+complete pairs each ledger measures
 	// (default 1000; negative skips it).
 	LedgerOps int
+	// PhasePlans is how many sequential one-step plans per side are split
+	// into phases by their event times (default 50; negative skips it).
+	PhasePlans int
+	// Durable records that the stack keeps Temporal and the providers on
+	// files (see Report.Durable); the caller starts it so.
+	Durable bool
 	// PostgresDSN, when set, measures the ledger on that PostgreSQL
 	// database too (rows under keys bench:<nanos>:..., left in place).
 	PostgresDSN string
@@ -74,6 +80,9 @@ func (o *Options) defaults() {
 	if o.LedgerOps == 0 {
 		o.LedgerOps = 1000
 	}
+	if o.PhasePlans == 0 {
+		o.PhasePlans = 50
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -89,10 +98,15 @@ func (o Options) batchSize(conc int) int {
 // Report is one run's figures. Latencies are in milliseconds; ratios are
 // agentsaga / plain.
 type Report struct {
-	Machine    Machine       `json:"machine"`
-	Rounds     int           `json:"rounds"`
+	Machine Machine `json:"machine"`
+	Rounds  int     `json:"rounds"`
+	// Durable: Temporal and the sandbox providers kept on files, every
+	// commit fsynced (otherwise in memory; the ledger is on a file either
+	// way).
+	Durable    bool          `json:"durable"`
 	Shapes     []ShapeResult `json:"shapes"`
 	History    []History     `json:"history"`
+	Phases     *Phases       `json:"phases,omitempty"`
 	Memory     *Memory       `json:"memory,omitempty"`
 	Duplicates *Duplicates   `json:"duplicates,omitempty"`
 	Ledger     []LedgerDist  `json:"ledger,omitempty"`
@@ -222,7 +236,7 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 	began := time.Now()
 	rep := Report{
 		Machine: Machine{GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
-		Rounds:  o.Rounds, ServerDynamicConfig: map[string]string{},
+		Rounds:  o.Rounds, Durable: o.Durable, ServerDynamicConfig: map[string]string{},
 	}
 	for k, v := range devserver.DevDynamicConfig() {
 		rep.ServerDynamicConfig[k] = fmt.Sprint(v)
@@ -261,6 +275,13 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 			}
 			rep.History = append(rep.History, h)
 		}
+	}
+	if o.PhasePlans > 0 {
+		ph, err := r.phases(ctx, o.PhasePlans)
+		if err != nil {
+			return rep, err
+		}
+		rep.Phases = &ph
 	}
 	if o.WaitingPlans > 0 {
 		m, err := r.memory(ctx, o.WaitingPlans)

@@ -28,7 +28,7 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 
 	rep, err := bench.Run(ctx, st, bench.Options{
 		Rounds: 2, Concurrency: []int{1, 3}, PlansPerBatch: 4, Shapes: []int{1, 2},
-		WaitingPlans: 5, DuplicateStarts: 20, LedgerOps: 20,
+		WaitingPlans: 5, DuplicateStarts: 20, LedgerOps: 20, PhasePlans: 4,
 	})
 	require.NoError(t, err)
 
@@ -60,6 +60,14 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 		require.Greater(t, h.Bytes, 100*h.Events/2)
 		require.InDelta(t, float64(h.Events)/float64(h.Steps), h.EventsPerStep, 0.01)
 	}
+	require.NotNil(t, rep.Phases)
+	require.Equal(t, 4, rep.Phases.Plans)
+	for _, side := range [][]bench.PhaseTimes{rep.Phases.Agentsaga, rep.Phases.Plain} {
+		require.Len(t, side, 6)
+		for _, ph := range side[:5] { // the client's share may round to 0
+			require.Positive(t, ph.P50Ms, ph.Phase)
+		}
+	}
 	require.NotNil(t, rep.Memory)
 	require.Equal(t, 5, rep.Memory.Plans)
 	require.Zero(t, rep.Memory.AgentsagaStartErrors)
@@ -76,6 +84,7 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 	bench.PrintTable(&out, rep)
 	require.Contains(t, out.String(), "one write step")
 	require.Contains(t, out.String(), "targets (issue 10)")
+	require.Contains(t, out.String(), "activity scheduled -> completed")
 	_, err = json.Marshal(rep)
 	require.NoError(t, err)
 }

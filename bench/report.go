@@ -72,8 +72,12 @@ func targets(rep Report) []Target {
 
 // PrintTable writes rep as text tables.
 func PrintTable(w io.Writer, rep Report) {
-	fmt.Fprintf(w, "agentsaga vs plain Temporal, one embedded server in one process (%s %s/%s, %d CPUs), %d rounds, %.0f s\n",
-		rep.Machine.GoVersion, rep.Machine.OS, rep.Machine.Arch, rep.Machine.CPUs, rep.Rounds, rep.DurationSec)
+	store := "Temporal and providers in memory, ledger on a file"
+	if rep.Durable {
+		store = "Temporal, providers and ledger on files, every commit fsynced"
+	}
+	fmt.Fprintf(w, "agentsaga vs plain Temporal, one embedded server in one process (%s %s/%s, %d CPUs; %s), %d rounds, %.0f s\n",
+		rep.Machine.GoVersion, rep.Machine.OS, rep.Machine.Arch, rep.Machine.CPUs, store, rep.Rounds, rep.DurationSec)
 	for _, s := range rep.Shapes {
 		fmt.Fprintf(w, "\n%s (create_ticket)\n", s.Name)
 		fmt.Fprintf(w, "%5s | %-22s | %-22s | %-22s | %-16s | %s\n", "conc", "plans/s  a / p  ratio", "p50 ms  a / p  ratio", "p99 ms  a / p  ratio", "start p50 a / p", "+p99/step  cpu ms/plan a/p")
@@ -90,6 +94,13 @@ func PrintTable(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "\nhistory per plan        %-10s %7s %8s %10s %10s\n", "side", "events", "bytes", "ev/step", "B/step")
 		for _, h := range rep.History {
 			fmt.Fprintf(w, "  %-21s %-10s %7d %8d %10.2f %10.1f\n", h.Shape, h.Side, h.Events, h.Bytes, h.EventsPerStep, h.BytesPerStep)
+		}
+	}
+	if ph := rep.Phases; ph != nil {
+		fmt.Fprintf(w, "\nwhere one sequential one-step plan spends its time (p50 of %d per side)\n", ph.Plans)
+		for i, a := range ph.Agentsaga {
+			p := ph.Plain[i]
+			fmt.Fprintf(w, "  %-54s a %6.2f ms  p %6.2f ms  +%5.2f ms\n", a.Phase, a.P50Ms, p.P50Ms, a.P50Ms-p.P50Ms)
 		}
 	}
 	if m := rep.Memory; m != nil {

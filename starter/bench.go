@@ -24,6 +24,8 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	waiting := fs.Int("waiting", 200, "plans waiting for a human in the memory measurement (0 skips it)")
 	starts := fs.Int("starts", 1000, "concurrent starts of one plan counted at the provider (0 skips it)")
 	ledgerOps := fs.Int("ledger-ops", 1000, "ledger claim+complete pairs measured per driver (0 skips them)")
+	phases := fs.Int("phases", 50, "sequential one-step plans per side split into phases by their event times (0 skips them)")
+	durable := fs.Bool("durable", false, "keep Temporal, the sandbox providers and the ledger on files in a temporary directory (each commit fsynced), as a production server would; default: Temporal and the providers in memory, the ledger on a file")
 	postgres := fs.String("postgres", "", "also measure the ledger on this PostgreSQL DSN (rows are left under keys bench:...)")
 	pos, err := parse(fs, args, out)
 	if err != nil {
@@ -33,7 +35,7 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 		return usageErr("bench: takes no arguments (see starter bench --help)")
 	}
 	o := bench.Options{Rounds: *rounds, PlansPerBatch: *plans, WaitingPlans: skip(*waiting), DuplicateStarts: skip(*starts),
-		LedgerOps: skip(*ledgerOps), PostgresDSN: *postgres}
+		LedgerOps: skip(*ledgerOps), PhasePlans: skip(*phases), PostgresDSN: *postgres}
 	if *rounds < 1 || *plans < 0 {
 		return usageErr("bench: --rounds must be at least 1 and --plans not negative")
 	}
@@ -48,7 +50,17 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 		fmt.Fprintln(out, "starting an embedded Temporal server, the sandbox providers and a worker ...")
 		o.Logger = slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	}
-	st, err := devstack.Start(ctx, devstack.Options{UIPort: -1})
+	so := devstack.Options{UIPort: -1}
+	if *durable {
+		dir, err := os.MkdirTemp("", "agentsaga-bench-")
+		if err != nil {
+			return fmt.Errorf("bench: make a data directory: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		so.DataDir = dir
+	}
+	o.Durable = *durable
+	st, err := devstack.Start(ctx, so)
 	if err != nil {
 		return err
 	}
