@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -55,3 +56,23 @@ func BenchmarkPlanOneWriteStepAgentsaga(b *testing.B)    { benchPlans(b, 1, true
 func BenchmarkPlanOneWriteStepPlain(b *testing.B)        { benchPlans(b, 1, false) }
 func BenchmarkPlanThreeWriteStepsAgentsaga(b *testing.B) { benchPlans(b, 3, true) }
 func BenchmarkPlanThreeWriteStepsPlain(b *testing.B)     { benchPlans(b, 3, false) }
+
+// benchBatch runs b.N plans of one side, conc at a time (for CPU profiles
+// of the concurrent case: -cpuprofile).
+func benchBatch(b *testing.B, steps, conc int, agentsaga bool) {
+	r := benchStack(b)
+	r.o.Logger = slog.New(slog.DiscardHandler)
+	b.ResetTimer()
+	res, err := r.batch(context.Background(), steps, conc, b.N, agentsaga)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if res.errors > 0 {
+		b.Fatalf("%d plans failed", res.errors)
+	}
+	b.ReportMetric(float64(res.cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+}
+
+// go test -run '^$' -bench Concurrent -benchtime 200x ./bench/
+func BenchmarkConcurrent50ThreeWriteStepsAgentsaga(b *testing.B) { benchBatch(b, 3, 50, true) }
+func BenchmarkConcurrent50ThreeWriteStepsPlain(b *testing.B)     { benchBatch(b, 3, 50, false) }

@@ -204,6 +204,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	copts := client.Options{
 		HostPort: st.Server.FrontendAddr(), Namespace: st.Server.Namespace(),
 		Logger: sdklog.NewStructuredLogger(log),
+		// The server is on loopback (in this process, or beside it): gzip
+		// of every request and response would cost CPU and save nothing.
+		ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}},
 	}
 	var wopts worker.Options
 	if o.MetricsAddr != "" || telemetry.TracingConfigured() {
