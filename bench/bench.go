@@ -48,6 +48,11 @@ type Options struct {
 	// LedgerOps is how many claim+complete pairs each ledger measures
 	// (default 1000; negative skips it).
 	LedgerOps int
+	// GrowthSizes, when set, measures claims as the ledger grows to each
+	// of these row counts (see LedgerGrowth), GrowthOps claims of each
+	// kind per size (default 200).
+	GrowthSizes []int
+	GrowthOps   int
 	// PhasePlans is how many sequential one-step plans per side are split
 	// into phases by their event times (default 50; negative skips it).
 	PhasePlans int
@@ -80,6 +85,9 @@ func (o *Options) defaults() {
 	if o.LedgerOps == 0 {
 		o.LedgerOps = 1000
 	}
+	if o.GrowthOps <= 0 {
+		o.GrowthOps = 200
+	}
 	if o.PhasePlans == 0 {
 		o.PhasePlans = 50
 	}
@@ -110,6 +118,7 @@ type Report struct {
 	Memory     *Memory       `json:"memory,omitempty"`
 	Duplicates *Duplicates   `json:"duplicates,omitempty"`
 	Ledger     []LedgerDist  `json:"ledger,omitempty"`
+	Growth     []Growth      `json:"ledger_growth,omitempty"`
 	// ServerDynamicConfig is what the embedded server ran with.
 	ServerDynamicConfig map[string]string `json:"server_dynamic_config"`
 	Targets             []Target          `json:"targets"`
@@ -303,6 +312,13 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 			return rep, err
 		}
 		rep.Ledger = l
+	}
+	if len(o.GrowthSizes) > 0 {
+		g, err := LedgerGrowth(ctx, o.GrowthSizes, o.GrowthOps, o.PostgresDSN)
+		if err != nil {
+			return rep, err
+		}
+		rep.Growth = g
 	}
 	rep.Targets = targets(rep)
 	rep.DurationSec = round(time.Since(began).Seconds(), 1)

@@ -115,6 +115,29 @@ func PrintTable(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "\nledger %-8s (%d fresh keys): claim p50 %.2f ms p99 %.2f ms; complete p50 %.2f ms p99 %.2f ms\n",
 			l.Driver, l.Ops, l.Claim.P50Ms, l.Claim.P99Ms, l.Complete.P50Ms, l.Complete.P99Ms)
 	}
+	for _, g := range rep.Growth {
+		fmt.Fprintf(w, "\nledger %s as it grows (%d claims per kind, one at a time): p50 / p99 ms\n", g.Driver, g.Ops)
+		kinds := []string{GrowthPlain, GrowthGuarded, GrowthClash, GrowthDuplicate}
+		fmt.Fprintf(w, "  %10s", "rows")
+		for _, k := range kinds {
+			fmt.Fprintf(w, " | %-15s", k)
+		}
+		fmt.Fprintln(w)
+		for _, p := range g.Points {
+			fmt.Fprintf(w, "  %10d", p.Rows)
+			for _, k := range kinds {
+				fmt.Fprintf(w, " | %6.2f / %6.2f", p.Kinds[k].P50Ms, p.Kinds[k].P99Ms)
+			}
+			fmt.Fprintln(w)
+		}
+		if len(g.RatioP50) > 0 {
+			fmt.Fprintf(w, "  %10s", "p50 ratio")
+			for _, k := range kinds {
+				fmt.Fprintf(w, " | %15.2f", g.RatioP50[k])
+			}
+			fmt.Fprintln(w, "  (largest / smallest; 1 is flat)")
+		}
+	}
 	if len(rep.Targets) > 0 {
 		fmt.Fprintf(w, "\ntargets (issue 10)\n")
 		for _, t := range rep.Targets {

@@ -24,6 +24,8 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	waiting := fs.Int("waiting", 200, "plans waiting for a human in the memory measurement (0 skips it)")
 	starts := fs.Int("starts", 1000, "concurrent starts of one plan counted at the provider (0 skips it)")
 	ledgerOps := fs.Int("ledger-ops", 1000, "ledger claim+complete pairs measured per driver (0 skips them)")
+	growth := fs.String("ledger-growth", "", "also measure ledger claims as the ledger grows to these row counts, comma-separated (such as 1000,100000,1000000; with --postgres in a schema of its own, dropped after)")
+	growthOps := fs.Int("growth-ops", 200, "claims of each kind measured at each --ledger-growth size")
 	phases := fs.Int("phases", 50, "sequential one-step plans per side split into phases by their event times (0 skips them)")
 	durable := fs.Bool("durable", false, "keep Temporal, the sandbox providers and the ledger on files in a temporary directory (each commit fsynced), as a production server would; default: Temporal and the providers in memory, the ledger on a file")
 	postgres := fs.String("postgres", "", "also measure the ledger on this PostgreSQL DSN (rows are left under keys bench:...)")
@@ -46,6 +48,19 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 		}
 		o.Concurrency = append(o.Concurrency, n)
 	}
+	if *growth != "" {
+		for _, c := range strings.Split(*growth, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(c))
+			if err != nil || n < 1 || n > 10_000_000 {
+				return usageErr("bench: --ledger-growth %q: give row counts from 1 to 10000000 separated by commas, such as 1000,100000,1000000", *growth)
+			}
+			o.GrowthSizes = append(o.GrowthSizes, n)
+		}
+	}
+	if *growthOps < 1 || *growthOps > 100_000 {
+		return usageErr("bench: --growth-ops must be from 1 to 100000")
+	}
+	o.GrowthOps = *growthOps
 	if !*asJSON {
 		fmt.Fprintln(out, "starting an embedded Temporal server, the sandbox providers and a worker ...")
 		o.Logger = slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
