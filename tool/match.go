@@ -11,17 +11,17 @@ import (
 // "amount_minor"}.
 type MatchField struct {
 	// Arg is the name of the argument in the call's args.
-	Arg string
+	Arg string `json:",omitzero"`
 	// Result is the name of the top-level field of the provider's answer
 	// (Result.Data) that holds the value the effect was made with.
-	Result string
+	Result string `json:",omitzero"`
 	// Default is the value the provider records when the argument is
 	// absent (a CRM's default priority "normal"); empty means absent is
 	// compared as the empty string.
-	Default string
+	Default string `json:",omitzero"`
 	// IfSet compares the field only when the argument is present and not
 	// empty (a reversal may name its original by id or leave it out).
-	IfSet bool
+	IfSet bool `json:",omitzero"`
 }
 
 // Matcher is implemented by a tool that checks a found effect itself,

@@ -43,23 +43,23 @@ const (
 
 // Field declares one argument.
 type Field struct {
-	Name     string
-	Type     FieldType
-	Required bool
+	Name     string    `json:",omitzero"`
+	Type     FieldType `json:",omitzero"`
+	Required bool      `json:",omitzero"`
 	// Description is one line for people and planners.
-	Description string
+	Description string `json:",omitzero"`
 	// Multiline allows line feeds and tabs in a string (an e-mail or
 	// ticket body, a description). Other control characters are refused in
 	// every string.
-	Multiline bool
+	Multiline bool `json:",omitzero"`
 	// MaxLen, when positive, is the longest value in bytes of a string
 	// argument, instead of ArgLimits.MaxStringLen.
-	MaxLen int
+	MaxLen int `json:",omitzero"`
 }
 
 // Schema declares a tool's arguments. Arguments it does not name are refused.
 type Schema struct {
-	Fields []Field
+	Fields []Field `json:",omitzero"`
 }
 
 // Field returns the declared field called name.
@@ -374,15 +374,15 @@ func LooksLikeCardNumber(s string) bool { return redact.LooksLikeCardNumber(s) }
 // `approve` signal before they run.
 type Approval struct {
 	// Always makes every call wait.
-	Always bool
+	Always bool `json:",omitzero"`
 	// Field and AboveMinor make calls wait whose integer field Field is
 	// greater than AboveMinor (for example a refund above 500.00).
-	Field      string
-	AboveMinor int64
+	Field      string `json:",omitzero"`
+	AboveMinor int64  `json:",omitzero"`
 	// Window is how long an approval question stays open; an expired
 	// question counts as rejected and the plan compensates. Zero means
 	// DefaultApprovalWindow.
-	Window time.Duration
+	Window time.Duration `json:",omitzero"`
 }
 
 // DefaultApprovalWindow is how long an approval waits when the tool does not

@@ -17,49 +17,49 @@ const DefaultReconcileWindow = 15 * time.Minute
 // Spec is everything a tool declares about itself.
 type Spec struct {
 	// Name is what plans call the tool, such as "apply_refund".
-	Name string
+	Name string `json:",omitzero"`
 	// Description is one line for people.
-	Description string
+	Description string `json:",omitzero"`
 	// System names the provider the tool acts on (for example "payments"),
 	// shown on approval cards.
-	System string
+	System string `json:",omitzero"`
 	// Class is the side-effect class; it picks the retry policy.
-	Class Class
+	Class Class `json:",omitzero"`
 	// Args is the schema plans must match.
-	Args Schema
+	Args Schema `json:",omitzero"`
 	// Timeout bounds one attempt (the activity's start-to-close timeout).
-	Timeout time.Duration
+	Timeout time.Duration `json:",omitzero"`
 	// Retry overrides the class's default retry policy when set.
-	Retry *RetryPolicy
+	Retry *RetryPolicy `json:",omitzero"`
 	// Compensator names the reversal tool that undoes a succeeded call.
 	// Empty means the tool cannot be undone.
-	Compensator string
+	Compensator string `json:",omitzero"`
 	// Reversal marks a tool that exists only to compensate others; plans
 	// cannot call it directly.
-	Reversal bool
+	Reversal bool `json:",omitzero"`
 	// NoLookup declares that this write has no way to look itself up by
 	// key, so its UNKNOWN outcomes go straight to a human.
-	NoLookup bool
+	NoLookup bool `json:",omitzero"`
 	// ReconcileWindow is how long an UNKNOWN outcome is reconciled before
 	// it becomes needs_human. Zero means DefaultReconcileWindow.
-	ReconcileWindow time.Duration
+	ReconcileWindow time.Duration `json:",omitzero"`
 	// Approval, when set, makes matching calls wait for an `approve` signal.
-	Approval *Approval
+	Approval *Approval `json:",omitzero"`
 	// MaxAmountMinor, when positive, is the ceiling of every money argument
 	// of a call (minor units); a plan above it is refused naming the field.
 	// Zero means the plan limits' default (DefaultMaxAmountMinor unless
 	// configured).
-	MaxAmountMinor int64
+	MaxAmountMinor int64 `json:",omitzero"`
 	// Guard, when set, limits active effects per business entity across
 	// plans, sessions and agents (enforced by the ledger).
-	Guard *Guard
+	Guard *Guard `json:",omitzero"`
 	// Match declares how an effect the provider holds under this call's key
 	// is checked against the call's args before it is adopted (reconcile,
 	// or a provider answering with an existing effect): every listed arg
 	// must equal the named field of the provider's answer. A tool can
 	// implement Matcher instead. Without either, a found effect is adopted
 	// unchecked.
-	Match []MatchField
+	Match []MatchField `json:",omitzero"`
 }
 
 // Compensable reports whether a succeeded call can be reversed.
@@ -86,21 +86,21 @@ func (s Spec) Window() time.Duration {
 // effect per scope (for example one refund per order line), whoever asks.
 type Guard struct {
 	// Scope names the rule, such as "refund-per-order".
-	Scope string
+	Scope string `json:",omitzero"`
 	// Fields are the args fields whose values identify the entity, such as
 	// ["order_id"]. The scope key is Scope plus these values.
-	Fields []string
+	Fields []string `json:",omitzero"`
 	// Hold makes a second effect in the scope wait for approval instead of
 	// being refused.
-	Hold bool
+	Hold bool `json:",omitzero"`
 	// DuplicateWindow, when positive, holds for approval a call of the same
 	// tool on the same entity with equal normalized args made inside this
 	// window by another plan (a suspected duplicate).
-	DuplicateWindow time.Duration
+	DuplicateWindow time.Duration `json:",omitzero"`
 	// Form is how the entity values are normalised before they name the
 	// scope; the zero value is FoldedEntity, so "o-16 " and "O-16" are one
 	// order. See EntityForm.
-	Form EntityForm
+	Form EntityForm `json:",omitzero"`
 }
 
 // Call is one attempt of a tool call.
