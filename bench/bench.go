@@ -111,14 +111,16 @@ type Report struct {
 	// Durable: Temporal and the sandbox providers kept on files, every
 	// commit fsynced (otherwise in memory; the ledger is on a file either
 	// way).
-	Durable    bool          `json:"durable"`
-	Shapes     []ShapeResult `json:"shapes"`
-	History    []History     `json:"history"`
-	Phases     *Phases       `json:"phases,omitempty"`
-	Memory     *Memory       `json:"memory,omitempty"`
-	Duplicates *Duplicates   `json:"duplicates,omitempty"`
-	Ledger     []LedgerDist  `json:"ledger,omitempty"`
-	Growth     []Growth      `json:"ledger_growth,omitempty"`
+	Durable bool          `json:"durable"`
+	Shapes  []ShapeResult `json:"shapes"`
+	History []History     `json:"history"`
+	Phases  *Phases       `json:"phases,omitempty"`
+	// Tasks counts workflow-task trouble in every plan the levels ran.
+	Tasks      []TaskHealth `json:"tasks,omitempty"`
+	Memory     *Memory      `json:"memory,omitempty"`
+	Duplicates *Duplicates  `json:"duplicates,omitempty"`
+	Ledger     []LedgerDist `json:"ledger,omitempty"`
+	Growth     []Growth     `json:"ledger_growth,omitempty"`
 	// ServerDynamicConfig is what the embedded server ran with.
 	ServerDynamicConfig map[string]string `json:"server_dynamic_config"`
 	Targets             []Target          `json:"targets"`
@@ -267,6 +269,9 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 			return rep, err
 		}
 	}
+	r.mu.Lock()
+	r.all = map[bool][]sagaclient.Run{}
+	r.mu.Unlock()
 	for _, steps := range o.Shapes {
 		sr := ShapeResult{Name: shapeName(steps), Steps: steps}
 		for _, conc := range o.Concurrency {
@@ -284,6 +289,13 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 			}
 			rep.History = append(rep.History, h)
 		}
+	}
+	for _, agentsaga := range []bool{true, false} {
+		h, err := r.taskHealth(ctx, agentsaga)
+		if err != nil {
+			return rep, err
+		}
+		rep.Tasks = append(rep.Tasks, h)
 	}
 	if o.PhasePlans > 0 {
 		ph, err := r.phases(ctx, o.PhasePlans)
@@ -340,6 +352,9 @@ type runner struct {
 	mu  sync.Mutex
 	// last finished workflow of each side and shape, for history.
 	last map[string]sagaclient.Run
+	// every finished workflow of the levels, per side (true: agentsaga),
+	// for the workflow-task health check.
+	all map[bool][]sagaclient.Run
 }
 
 func (r *runner) next() int64 {
@@ -533,9 +548,10 @@ func (r *runner) remember(steps int, agentsaga bool, run sagaclient.Run) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.last == nil {
-		r.last = map[string]sagaclient.Run{}
+		r.last, r.all = map[string]sagaclient.Run{}, map[bool][]sagaclient.Run{}
 	}
 	r.last[fmt.Sprint(steps, agentsaga)] = run
+	r.all[agentsaga] = append(r.all[agentsaga], run)
 }
 
 // history reads the history of the last finished workflow of a side.

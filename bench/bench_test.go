@@ -60,6 +60,12 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 		require.Greater(t, h.Bytes, 100*h.Events/2)
 		require.InDelta(t, float64(h.Events)/float64(h.Steps), h.EventsPerStep, 0.01)
 	}
+	require.Len(t, rep.Tasks, 2)
+	for _, h := range rep.Tasks {
+		// Both shapes, both concurrencies, two rounds of four plans.
+		require.Equal(t, 2*2*2*4, h.Workflows, h.Side)
+		require.GreaterOrEqual(t, h.WorkflowTasks, 2*h.Workflows, "%s: at least two workflow tasks per plan", h.Side)
+	}
 	require.NotNil(t, rep.Phases)
 	require.Equal(t, 4, rep.Phases.Plans)
 	for _, side := range [][]bench.PhaseTimes{rep.Phases.Agentsaga, rep.Phases.Plain} {

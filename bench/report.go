@@ -96,6 +96,12 @@ func PrintTable(w io.Writer, rep Report) {
 			fmt.Fprintf(w, "  %-21s %-10s %7d %8d %10.2f %10.1f\n", h.Shape, h.Side, h.Events, h.Bytes, h.EventsPerStep, h.BytesPerStep)
 		}
 	}
+	for _, h := range rep.Tasks {
+		fmt.Fprintf(w, "\nworkflow tasks of every %s plan (%d plans, %d tasks): %d timed out, %d failed", h.Side, h.Workflows, h.WorkflowTasks, h.TimedOut, h.Failed)
+	}
+	if len(rep.Tasks) > 0 {
+		fmt.Fprintln(w)
+	}
 	if ph := rep.Phases; ph != nil {
 		fmt.Fprintf(w, "\nwhere one sequential one-step plan spends its time (p50 of %d per side)\n", ph.Plans)
 		for i, a := range ph.Agentsaga {
