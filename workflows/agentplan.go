@@ -99,11 +99,12 @@ var (
 
 // StartAttributes are the search attributes a client sets when it starts a
 // plan or session: the session, state running, no person needed. A run
-// started with them upserts its attributes only when they change (which
-// saves an event and a visibility write per plan); a run started without
-// them (any Temporal client by workflow name, and every run from before
-// this change) upserts on every state change as before, so its replay is
-// unchanged.
+// started with them upserts its attributes only when they change, which
+// saves an event and a visibility write per plan. The worker that runs the
+// plan records that choice in the plan's pinned specs (pinned), so the
+// history says it: a run started without them (any Temporal client by
+// workflow name), and every run a worker from before this change ran
+// whatever its start carried, upserts on every state change and replays so.
 func StartAttributes(session string) temporal.SearchAttributes {
 	return temporal.NewSearchAttributes(
 		saSession.ValueSet(session), saState.ValueSet(string(SagaRunning)), saNeedsHuman.ValueSet(false))
@@ -122,6 +123,11 @@ type pinned struct {
 	Specs   tool.Specs  `json:"specs"`
 	Limits  plan.Limits `json:"limits"`
 	Invalid string      `json:"invalid,omitempty"`
+	// UpsertOnChange: the run was started with StartAttributes, and the
+	// worker that pinned this upserts search attributes only when they
+	// change. Absent from pins written before, so those runs keep upserting
+	// on every change.
+	UpsertOnChange bool `json:"upsert_on_change,omitempty"`
 }
 
 func (s *Saga) pin(p plan.Plan) pinned {
@@ -146,7 +152,13 @@ func (s *Saga) pin(p plan.Plan) pinned {
 // the cancellation.
 func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
 	var pin pinned
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return s.pin(p) }).Get(&pin); err != nil {
+	onChange := startedWithAttributes(ctx)
+	err := workflow.SideEffect(ctx, func(workflow.Context) any {
+		pin := s.pin(p)
+		pin.UpsertOnChange = onChange
+		return pin
+	}).Get(&pin)
+	if err != nil {
 		return Status{}, fmt.Errorf("read the pinned tool specs: %w", err)
 	}
 	if pin.Invalid != "" {
@@ -156,7 +168,7 @@ func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	r.upsertOnChange = startedWithAttributes(ctx)
+	r.upsertOnChange = pin.UpsertOnChange
 	if err := r.register(ctx); err != nil {
 		return Status{}, err
 	}
@@ -319,7 +331,7 @@ type run struct {
 	justClosed map[string]Question // the question being closed, for its audit entry
 	lastErr    map[int]string      // the error type that ended each failed step
 	// upsertOnChange skips an upsert of search attributes that would not
-	// change them (runs started with StartAttributes).
+	// change them (as pinned: see pinned.UpsertOnChange).
 	upsertOnChange bool
 }
 

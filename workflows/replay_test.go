@@ -2,11 +2,15 @@ package workflows_test
 
 import (
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -73,4 +77,66 @@ func TestReplayRecordedHistories(t *testing.T) {
 			require.NotZero(t, n)
 		})
 	}
+}
+
+// A worker from before start attributes upserted on every change, whatever
+// the start request carried: a client upgraded before its workers (or a
+// plan started by hand with the attributes) left such histories. The
+// choice is pinned by the worker, not read from the start, so they replay:
+// every pre-v4 history is replayed again with the three start attributes
+// in its started event (added, or there already in a session run continued
+// as new).
+func TestReplayOldWorkerHistoriesStartedWithAttributes(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "histories", "*.json"))
+	require.NoError(t, err)
+	reg, err := demotools.Registry(demotools.SandboxConfig("http://127.0.0.1:9"))
+	require.NoError(t, err)
+	saga := &workflows.Saga{Specs: reg.Specs()}
+	r := worker.NewWorkflowReplayer()
+	r.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
+	r.RegisterWorkflowWithOptions(saga.AgentSession, workflow.RegisterOptions{Name: workflows.SessionWorkflowName})
+	logger := log.NewStructuredLogger(slog.New(slog.DiscardHandler))
+	attr := func(v any, typ string) *commonpb.Payload {
+		p, err := converter.GetDefaultDataConverter().ToPayload(v)
+		require.NoError(t, err)
+		p.Metadata["type"] = []byte(typ)
+		return p
+	}
+	n := 0
+	for _, f := range files {
+		if strings.HasPrefix(filepath.Base(f), "v4-") {
+			continue
+		}
+		h, err := client.HistoryFromJSON(openFile(t, f), client.HistoryJSONOptions{})
+		require.NoError(t, err, f)
+		started := h.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
+		require.NotNil(t, started, f)
+		if len(started.GetSearchAttributes().GetIndexedFields()) == 0 {
+			// The run's own session, as sagaclient would set it (a
+			// different value would be a change, upserted either way).
+			var in struct {
+				SessionID string `json:"session_id"`
+			}
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(started.GetInput(), &in), f)
+			require.NotEmpty(t, in.SessionID, f)
+			session := in.SessionID
+			started.SearchAttributes = &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
+				workflows.SearchAttrSession:    attr(session, "Keyword"),
+				workflows.SearchAttrState:      attr(string(workflows.SagaRunning), "Keyword"),
+				workflows.SearchAttrNeedsHuman: attr(false, "Bool"),
+			}}
+		} // else a session run continued as new: the attributes came along
+		require.Contains(t, started.GetSearchAttributes().GetIndexedFields(), workflows.SearchAttrState, f)
+		n++
+		require.NoError(t, r.ReplayWorkflowHistory(logger, h), "replay %s with start attributes", filepath.Base(f))
+	}
+	require.NotZero(t, n)
+}
+
+func openFile(t *testing.T, name string) *os.File {
+	t.Helper()
+	f, err := os.Open(name)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	return f
 }

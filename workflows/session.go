@@ -98,9 +98,9 @@ type SessionCarry struct {
 	Seq    int                 `json:"seq"`
 	// ArgBytes counts the args of every turn so far (MaxSessionArgBytes).
 	ArgBytes int `json:"arg_bytes"`
-	// UpsertOnChange: the session's first run was started with
-	// StartAttributes (carried, because continue-as-new copies the
-	// attributes and the next run cannot tell).
+	// UpsertOnChange is the first run's pinned choice (see
+	// pinned.UpsertOnChange), carried: continue-as-new copies the search
+	// attributes, so the next run cannot tell from them.
 	UpsertOnChange bool `json:"upsert_on_change,omitempty"`
 }
 
@@ -120,7 +120,11 @@ type turnRecord struct {
 // until `end` (failed compensates them) or a cancel (compensates them).
 func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, error) {
 	var pin pinned
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return pinned{Specs: s.Specs, Limits: s.Limits.WithDefaults()} }).Get(&pin); err != nil {
+	onChange := in.Carry == nil && startedWithAttributes(ctx)
+	err := workflow.SideEffect(ctx, func(workflow.Context) any {
+		return pinned{Specs: s.Specs, Limits: s.Limits.WithDefaults(), UpsertOnChange: onChange}
+	}).Get(&pin)
+	if err != nil {
 		return Status{}, fmt.Errorf("read the pinned tool specs: %w", err)
 	}
 	if in.SessionID == "" {
@@ -129,7 +133,7 @@ func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, erro
 	r := newRunState(s, pin.Specs, plan.Plan{SessionID: in.SessionID, RequestedBy: in.RequestedBy})
 	r.st = Status{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: in.SessionID}
 	ss := &session{run: r, in: in, turns: map[int]*turnRecord{}, limits: pin.Limits.WithDefaults()}
-	r.upsertOnChange = in.Carry == nil && startedWithAttributes(ctx)
+	r.upsertOnChange = pin.UpsertOnChange
 	if c := in.Carry; c != nil {
 		r.upsertOnChange = c.UpsertOnChange
 		if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" || len(c.Args) != len(c.Status.Steps) {
