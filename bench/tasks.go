@@ -10,9 +10,10 @@ import (
 )
 
 // TaskHealth is what the histories of every plan of one side say about
-// their workflow tasks: a timed-out task is one a worker did not answer
-// within its timeout (10 s), a failed one a task the worker answered with
-// an error; both are retried by the server and both show as latency.
+// their workflow tasks: a timed-out task is one no worker answered in time
+// (its start-to-close timeout, 10 s by default, or a sticky queue's
+// schedule-to-start timeout, 5 s), a failed one a task the worker answered
+// with an error; the server retries both, and both show as latency.
 type TaskHealth struct {
 	Side          string `json:"side"`
 	Workflows     int    `json:"workflows"`

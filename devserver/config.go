@@ -300,9 +300,10 @@ func buildServerOptions(opts Options, p ports, sqlCfg *config.SQL, logger log.Lo
 //     are re-polled by the SDK.
 //   - system.forceSearchAttributesCacheRefreshOnRead: true while Start
 //     registers the search attributes (each service then reads them from
-//     the store, so they are usable at once), false once a probe workflow
-//     has been started with, and has upserted, every one of them with the
-//     caches alone (see settleSearchAttributes). Left on, every start
+//     the store, so they are usable at once), then false; Start returns
+//     only after a probe workflow started with, and upserting, every one
+//     of them has worked on the caches alone (see settleSearchAttributes).
+//     Left on, every start
 //     carrying search attributes, every upsert and every visibility record
 //     read the namespace and the attribute types from the store: about
 //     8 ms per three-step plan on this machine. Attributes added later by

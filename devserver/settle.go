@@ -2,6 +2,7 @@ package devserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -27,8 +29,8 @@ const probeWorkflowName = "devserver-search-attribute-probe"
 // one, makes the frontend and the history service load them from the store
 // (a cache loaded before registration would otherwise stay stale for up to
 // a minute). Then the refresh is switched off and the probe runs again,
-// served by the caches alone: Start returns only once that works, so no
-// plan ever meets a cache that does not know its attributes.
+// served by the caches alone: Start returns only once that second run has
+// worked, so no plan ever meets a cache that does not know its attributes.
 func (s *Server) settleSearchAttributes(ctx context.Context, c client.Client, sas map[string]enums.IndexedValueType) error {
 	if len(sas) == 0 || s.config.fixed {
 		s.config.settle()
@@ -52,17 +54,40 @@ func (s *Server) settleSearchAttributes(ctx context.Context, c client.Client, sa
 
 // probe starts the probe workflow with every attribute of sas, waits for it
 // to complete (its upsert passed validation), waits until visibility lists
-// it with the upserted values, and deletes it.
-func (s *Server) probe(ctx context.Context, c client.Client, tq string, sas map[string]enums.IndexedValueType, round string) error {
+// it, and deletes it (on failure too, as far as it can). Its ID is used for
+// one run only: a start retried after its first attempt made the run (and
+// timed out) attaches to that run, whether it still runs or has closed.
+func (s *Server) probe(ctx context.Context, c client.Client, tq string, sas map[string]enums.IndexedValueType, round string) (err error) {
 	id := tq + "-" + round
+	defer func() {
+		// Delete the run (a running one is terminated first): on success
+		// with ctx, and best effort, with a bound of its own, on failure.
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err == nil {
+			dctx = ctx
+		}
+		defer cancel()
+		_, derr := c.WorkflowService().DeleteWorkflowExecution(dctx, &workflowservice.DeleteWorkflowExecutionRequest{
+			Namespace: s.namespace, WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: id},
+		})
+		if err == nil && derr != nil {
+			err = fmt.Errorf("devserver: delete the search attribute probe: %w", derr)
+		}
+	}()
 	var run client.WorkflowRun
-	err := poll(ctx, "a workflow started with the search attributes ("+round+")", func(ctx context.Context) error {
+	err = poll(ctx, "a workflow started with the search attributes ("+round+")", func(ctx context.Context) error {
 		var err error
 		run, err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: id, TaskQueue: tq, TypedSearchAttributes: temporal.NewSearchAttributes(probeValues(sas, "started")...),
 			WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+			WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		}, probeWorkflowName)
-		if err != nil {
+		var closed *serviceerror.WorkflowExecutionAlreadyStarted
+		switch {
+		case errors.As(err, &closed):
+			run = c.GetWorkflow(ctx, id, "")
+			return nil
+		case err != nil:
 			return retryable{err} // "invalid search attribute" until the caches know them
 		}
 		return nil
@@ -80,7 +105,7 @@ func (s *Server) probe(ctx context.Context, c client.Client, tq string, sas map[
 		conds = append(conds, name+" IS NOT NULL")
 	}
 	query := strings.Join(conds, " AND ")
-	err = poll(ctx, "the search attribute probe ("+round+") to be listed", func(ctx context.Context) error {
+	return poll(ctx, "the search attribute probe ("+round+") to be listed", func(ctx context.Context) error {
 		resp, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: s.namespace, Query: query})
 		switch {
 		case err != nil:
@@ -90,16 +115,6 @@ func (s *Server) probe(ctx context.Context, c client.Client, tq string, sas map[
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	_, err = c.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
-		Namespace: s.namespace, WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: run.GetID(), RunId: run.GetRunID()},
-	})
-	if err != nil {
-		return fmt.Errorf("devserver: delete the search attribute probe: %w", err)
-	}
-	return nil
 }
 
 // probeValues returns a value of the right type for every attribute of sas.
