@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgerpg"
@@ -81,31 +83,27 @@ func LedgerGrowth(ctx context.Context, sizes []int, ops int, postgresDSN string)
 	return append(out, g), err
 }
 
-// growthSchema opens the ledger in a new schema of the database dsn names;
-// drop closes it and drops the schema.
+// growthSchema opens the ledger in a new schema of the database dsn names
+// (any DSN pgx accepts); drop closes it and drops the schema. Nothing is
+// written outside that schema.
 func growthSchema(ctx context.Context, dsn string) (*ledgerpg.Store, func(), error) {
-	schema := "agentsaga_bench_growth_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	admin, err := ledgerpg.Open(ctx, dsn)
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("bench: open the PostgreSQL ledger: %w", err)
+		return nil, nil, fmt.Errorf("bench: parse the PostgreSQL DSN: %w", err)
 	}
-	if _, err := admin.DB().ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+	admin := stdlib.OpenDB(*cfg)
+	schema := "agentsaga_bench_growth_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
 		admin.Close()
 		return nil, nil, fmt.Errorf("bench: create schema %s: %w", schema, err)
 	}
 	drop := func() {
-		_, _ = admin.DB().ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = admin.ExecContext(dctx, "DROP SCHEMA "+schema+" CASCADE")
 		admin.Close()
 	}
-	u, err := url.Parse(dsn)
-	if err != nil || u.Scheme == "" {
-		drop()
-		return nil, nil, fmt.Errorf("bench: the ledger growth needs a postgres:// URL, not %q", dsn)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	pg, err := ledgerpg.Open(ctx, u.String())
+	pg, err := ledgerpg.Open(ctx, dsn, ledgerpg.WithSchema(schema))
 	if err != nil {
 		drop()
 		return nil, nil, fmt.Errorf("bench: open the PostgreSQL ledger in schema %s: %w", schema, err)

@@ -12,12 +12,13 @@ import (
 )
 
 // testPostgresDSN is the database the tests use (PostgreSQL runs on every
-// machine and in CI); AGENTSAGA_TEST_POSTGRES_DSN overrides it.
+// machine and in CI), written as key=value, the DSN form that is not a URL;
+// AGENTSAGA_TEST_POSTGRES_DSN overrides it.
 func testPostgresDSN() string {
 	if dsn := os.Getenv("AGENTSAGA_TEST_POSTGRES_DSN"); dsn != "" {
 		return dsn
 	}
-	return "postgres://127.0.0.1:5432/test?sslmode=disable"
+	return "host=127.0.0.1 port=5432 dbname=test sslmode=disable"
 }
 
 // LedgerGrowth seeds both drivers to each size and measures every kind of

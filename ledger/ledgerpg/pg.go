@@ -39,6 +39,7 @@ type options struct {
 	clock       func() time.Time
 	workerClock func() time.Time // tests: the Go clock, while the database's clock decides
 	maxConns    int
+	schema      string
 }
 
 // WithClock is for tests: the store reads the time from now instead of the
@@ -46,6 +47,10 @@ type options struct {
 // worker: leases would then follow each worker's own clock, and a worker whose
 // clock runs ahead would take over live leases.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.clock = now } }
+
+// WithSchema keeps the ledger in schema (which must exist) instead of the
+// DSN's default: its connections set search_path to it.
+func WithSchema(schema string) Option { return func(o *options) { o.schema = schema } }
 
 // WithMaxConns sets the most connections the store opens (default
 // DefaultMaxConns).
@@ -71,6 +76,9 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("ledgerpg: parse DSN: %w (write postgres://USER@HOST:5432/DB?sslmode=disable)", err)
+	}
+	if o.schema != "" {
+		cfg.RuntimeParams["search_path"] = o.schema
 	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(o.maxConns)
