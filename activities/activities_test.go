@@ -127,31 +127,30 @@ func (e *env) execute(req activities.Request) (activities.Output, error) {
 	return out, nil
 }
 
+// result runs activity fn with req, which must succeed, and returns its
+// result.
+func result[T any](e *env, fn any, req activities.Request) T {
+	e.t.Helper()
+	v, err := e.te.ExecuteActivity(fn, req)
+	require.NoError(e.t, err)
+	var out T
+	require.NoError(e.t, v.Get(&out))
+	return out
+}
+
 func (e *env) reconcile(req activities.Request) tool.Lookup {
 	e.t.Helper()
-	v, err := e.te.ExecuteActivity(e.a.ReconcileTool, req)
-	require.NoError(e.t, err)
-	var l tool.Lookup
-	require.NoError(e.t, v.Get(&l))
-	return l
+	return result[tool.Lookup](e, e.a.ReconcileTool, req)
 }
 
 func (e *env) lookup(req activities.Request) tool.Lookup {
 	e.t.Helper()
-	v, err := e.te.ExecuteActivity(e.a.LookupTool, req)
-	require.NoError(e.t, err)
-	var l tool.Lookup
-	require.NoError(e.t, v.Get(&l))
-	return l
+	return result[tool.Lookup](e, e.a.LookupTool, req)
 }
 
 func (e *env) checkGuard(req activities.Request) activities.GuardReport {
 	e.t.Helper()
-	v, err := e.te.ExecuteActivity(e.a.CheckGuard, req)
-	require.NoError(e.t, err)
-	var r activities.GuardReport
-	require.NoError(e.t, v.Get(&r))
-	return r
+	return result[activities.GuardReport](e, e.a.CheckGuard, req)
 }
 
 func (e *env) row(key string) ledger.Operation {

@@ -77,7 +77,6 @@ func (r *runner) phases(ctx context.Context, n int) (Phases, error) {
 // first workflow task started and completed, activity scheduled and
 // completed, second workflow task started, closed.
 func (r *runner) phaseTimes(ctx context.Context, run sagaclient.Run, total time.Duration) ([]time.Duration, error) {
-	var marks []time.Time
 	var wftStarted, wftCompleted, actScheduled, actCompleted []time.Time
 	var started, closed time.Time
 	it := r.st.Client.GetWorkflowHistory(ctx, run.WorkflowID, run.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
@@ -106,7 +105,7 @@ func (r *runner) phaseTimes(ctx context.Context, run sagaclient.Run, total time.
 		return nil, fmt.Errorf("bench: %s is not a one-activity run with two workflow tasks (%d, %d, %d, %d)",
 			run.WorkflowID, len(wftStarted), len(wftCompleted), len(actScheduled), len(actCompleted))
 	}
-	marks = []time.Time{started, wftStarted[0], wftCompleted[0], actScheduled[0], actCompleted[0], wftStarted[1], closed}
+	marks := []time.Time{started, wftStarted[0], wftCompleted[0], actScheduled[0], actCompleted[0], wftStarted[1], closed}
 	out := []time.Duration{
 		marks[1].Sub(marks[0]), marks[2].Sub(marks[1]), marks[4].Sub(marks[3]), marks[5].Sub(marks[4]), marks[6].Sub(marks[5]),
 		total - closed.Sub(started),

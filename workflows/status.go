@@ -273,23 +273,24 @@ const signingPrefix = "agentsaga-decision-v1\n"
 // so a signature answers exactly one question of one plan.
 func (a ApproveSignal) SigningBytes(workflowID string) []byte {
 	a.Signature = ""
-	b, _ := json.Marshal(struct {
-		WorkflowID string        `json:"workflow_id"`
-		Kind       string        `json:"kind"`
-		Decision   ApproveSignal `json:"decision"`
-	}{workflowID, SignalApprove, a})
-	return append([]byte(signingPrefix), b...)
+	return signingBytes(workflowID, SignalApprove, a)
 }
 
 // SigningBytes returns the bytes an operator's signature of r covers (see
 // ApproveSignal.SigningBytes).
 func (r ResolveSignal) SigningBytes(workflowID string) []byte {
 	r.Signature = ""
+	return signingBytes(workflowID, SignalResolve, r)
+}
+
+// signingBytes is the signed form of a decision (its signature cleared) of
+// kind for workflowID.
+func signingBytes(workflowID, kind string, decision any) []byte {
 	b, _ := json.Marshal(struct {
-		WorkflowID string        `json:"workflow_id"`
-		Kind       string        `json:"kind"`
-		Decision   ResolveSignal `json:"decision"`
-	}{workflowID, SignalResolve, r})
+		WorkflowID string `json:"workflow_id"`
+		Kind       string `json:"kind"`
+		Decision   any    `json:"decision"`
+	}{workflowID, kind, decision})
 	return append([]byte(signingPrefix), b...)
 }
 
