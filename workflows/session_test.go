@@ -28,6 +28,11 @@ func sendTurn(env *testsuite.TestWorkflowEnvironment, session string, turn int, 
 // Update IDs only within one run: after continue-as-new, a resent turn
 // reaches the workflow's own check).
 func sendTurnAs(env *testsuite.TestWorkflowEnvironment, updateID string, turn int, steps ...plan.Step) *turnAnswer {
+	return sendRequest(env, updateID, workflows.TurnRequest{Turn: turn, Steps: steps})
+}
+
+// sendRequest sends a whole TurnRequest under updateID.
+func sendRequest(env *testsuite.TestWorkflowEnvironment, updateID string, t workflows.TurnRequest) *turnAnswer {
 	a := &turnAnswer{}
 	env.UpdateWorkflow(workflows.UpdateTurn, updateID, &testsuite.TestUpdateCallback{
 		OnAccept: func() {},
@@ -38,7 +43,7 @@ func sendTurnAs(env *testsuite.TestWorkflowEnvironment, updateID string, turn in
 				a.result = r
 			}
 		},
-	}, workflows.TurnRequest{Turn: turn, Steps: steps})
+	}, t)
 	return a
 }
 
@@ -174,4 +179,52 @@ func TestSessionIsBounded(t *testing.T) {
 	require.NoError(t, env.GetWorkflowError())
 	require.Error(t, big.rejected)
 	require.Contains(t, big.rejected.Error(), "MaxSessionSteps")
+}
+
+// A turn's requester is whoever sent it: alice's turn in bob's session says
+// "requested by alice" on its card and four eyes refuses alice's approval;
+// a turn that names nobody is the session's requester's.
+func TestSessionTurnIsRequestedByItsSender(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	var alices, bobs *turnAnswer
+	var selfApproval, bobsSelf, carolOnAlice, carolOnBob *answer
+	var aliceCard, bobCard workflows.Card
+	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
+	at(time.Second, func() {
+		alices = sendRequest(env, "ss5:1", workflows.TurnRequest{Turn: 1, RequestedBy: "alice", Steps: []plan.Step{step("refund", "o1", 90000)}})
+	})
+	at(2*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		aliceCard = q.Card
+		selfApproval = update(env, workflows.UpdateApprove, "alice-self", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "alice", Approved: true})
+	})
+	at(3*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		carolOnAlice = update(env, workflows.UpdateApprove, "carol-1", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "carol", Approved: true})
+	})
+	at(4*time.Second, func() { bobs = sendTurn(env, "ss5", 2, step("refund", "o2", 90000)) })
+	at(5*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		bobCard = q.Card
+		bobsSelf = update(env, workflows.UpdateApprove, "bob-self", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "bob", Approved: true})
+	})
+	at(6*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		carolOnBob = update(env, workflows.UpdateApprove, "carol-2", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "carol", Approved: true})
+	})
+	at(7*time.Second, func() { endSession(env, "succeeded") })
+	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss5", RequestedBy: "bob"})
+	require.NoError(t, env.GetWorkflowError())
+
+	require.Equal(t, "alice", aliceCard.RequestedBy, "the card names the turn's sender, not the session's starter")
+	require.ErrorContains(t, selfApproval.rejected, "four eyes", "alice cannot approve her own turn in bob's session")
+	require.NoError(t, carolOnAlice.err)
+	require.True(t, carolOnAlice.result.Applied)
+	require.Equal(t, "bob", bobCard.RequestedBy, "a turn naming nobody is the session's requester's")
+	require.ErrorContains(t, bobsSelf.rejected, "four eyes")
+	require.NoError(t, carolOnBob.err)
+	require.Equal(t, workflows.TurnWaiting, alices.result.State)
+	require.Equal(t, workflows.TurnWaiting, bobs.result.State)
+	require.Equal(t, 2, h.p.count("refund"), "each refund once, each approved by another person")
 }
