@@ -30,10 +30,42 @@ func (r *run) card(n int, rule string, rep activities.GuardReport) Card {
 	if minor, cur := amountOf(spec, args); minor != 0 || cur != "" {
 		c.AmountMinor, c.Currency, c.Amount = minor, cur, formatMinor(minor, cur)
 	}
+	listed := map[string]bool{}
 	for _, op := range rep.Others {
 		c.AlreadyRan = append(c.AlreadyRan, alreadyRan(c.Object, op))
+		listed[op.Key] = true
 	}
+	c.AlreadyRan = append(c.AlreadyRan, r.identical(n, listed)...)
 	return redactCard(c)
+}
+
+// maxIdentical bounds the identical calls a card lists.
+const maxIdentical = 10
+
+// identical words the other calls of the plan or session with step n's tool
+// and arguments that made, or may have made, an effect (any state but
+// pending and failed_final), oldest first, leaving out keys already listed:
+// a person deciding a call sees that the same call already ran (a repeat
+// sent without a key, a second turn of the same intent).
+func (r *run) identical(n int, listed map[string]bool) []string {
+	me := r.step(n)
+	var out []string
+	for i := range r.st.Steps {
+		s := &r.st.Steps[i]
+		if s.Step == n || s.Tool != me.Tool || s.Fingerprint != me.Fingerprint || listed[s.Key] ||
+			s.State == ledger.Pending || s.State == ledger.FailedFinal {
+			continue
+		}
+		if len(out) == maxIdentical {
+			break
+		}
+		line := fmt.Sprintf("the same %s with the same arguments by %s (%s", s.Tool, s.Key, s.State)
+		if s.ExternalID != "" {
+			line += ", external id " + s.ExternalID
+		}
+		out = append(out, line+")")
+	}
+	return out
 }
 
 func alreadyRan(object string, op ledger.Operation) string {

@@ -228,3 +228,28 @@ func TestSessionTurnIsRequestedByItsSender(t *testing.T) {
 	require.Equal(t, workflows.TurnWaiting, bobs.result.State)
 	require.Equal(t, 2, h.p.count("refund"), "each refund once, each approved by another person")
 }
+
+// The card of a new write shows the identical calls the session already
+// made: a second charge of the same order and amount, held for a person,
+// lists the first one under "already ran".
+func TestSessionCardShowsIdenticalCallsAlreadyMade(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	var card workflows.Card
+	held := step("charge", "o1", 100)
+	held.Hold = "suspected duplicate of ss6:1:1:charge"
+	env.RegisterDelayedCallback(func() { sendTurn(env, "ss6", 1, step("charge", "o1", 100)) }, time.Second)
+	env.RegisterDelayedCallback(func() { sendTurn(env, "ss6", 2, step("charge", "o2", 100)) }, 2*time.Second)
+	env.RegisterDelayedCallback(func() { sendTurn(env, "ss6", 3, held) }, 3*time.Second)
+	env.RegisterDelayedCallback(func() {
+		q := openQuestion(t, status(t, env))
+		card = q.Card
+		update(env, workflows.UpdateApprove, "no", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "carol", Approved: false})
+	}, 4*time.Second)
+	env.RegisterDelayedCallback(func() { endSession(env, "succeeded") }, 5*time.Second)
+	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss6"})
+	require.NoError(t, env.GetWorkflowError())
+	require.Len(t, card.AlreadyRan, 1, "the identical charge, not the other order's: %v", card.AlreadyRan)
+	require.Contains(t, card.AlreadyRan[0], "ss6:1:1:charge (succeeded")
+	require.Equal(t, 2, h.p.count("charge"), "the held charge was rejected")
+}
