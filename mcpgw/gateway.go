@@ -76,7 +76,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -403,7 +405,7 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 			g.mu.Unlock()
 			res := g.run(ctx, st, spec, meta, id, out, step)
 			g.mu.Lock()
-			f.res = res
+			f.res = clone(res) // the SDK writes to the result it is given: each call gets its own
 			delete(st.flights, id)
 			g.mu.Unlock()
 			close(f.done)
@@ -417,7 +419,7 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 		select {
 		case <-f.done:
 			if f.res != nil {
-				return f.res
+				return clone(f.res)
 			}
 			// The call in progress was cancelled before it sent
 			// anything: this one leads now.
@@ -425,6 +427,17 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 			return refusal(out, "the call was cancelled while an identical call of the session ran: nothing was sent by this call; call again the same way to read that call's result")
 		}
 	}
+}
+
+// clone copies a result so that two calls never share one (nil stays nil).
+func clone(r *mcp.CallToolResult) *mcp.CallToolResult {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	c.Content = slices.Clone(r.Content)
+	c.Meta = maps.Clone(r.Meta)
+	return &c
 }
 
 // run runs one call, in its session's queue. It returns nil if ctx ended
