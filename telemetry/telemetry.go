@@ -102,7 +102,7 @@ func New(ctx context.Context, o Options) (*Telemetry, error) {
 		t.Tracing = true
 		tracer = tp.Tracer("github.com/agentsaga/agentsaga/telemetry")
 		var err error
-		t.sdkTracing, err = temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{Tracer: tp.Tracer("temporal-sdk-go")})
+		t.sdkTracing, err = temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{Tracer: tp.Tracer("temporal-sdk-go"), SpanStarter: maskedSpanStarter})
 		if err != nil {
 			_ = t.shutdown(ctx)
 			return nil, fmt.Errorf("telemetry: the Temporal SDK's tracing interceptor: %w", err)
