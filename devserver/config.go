@@ -22,6 +22,8 @@ import (
 	"go.temporal.io/server/common/primitives"
 	sqliteschema "go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
+
+	"github.com/agentsaga/agentsaga/internal/loopback"
 )
 
 const (
@@ -365,6 +367,18 @@ var (
 	forceOn  = []dynamicconfig.ConstrainedValue{{Value: true}}
 	forceOff = []dynamicconfig.ConstrainedValue{{Value: false}}
 )
+
+// allowLoopbackHostsOnly makes the frontend's HTTP API refuse a request
+// whose Host is not a loopback name when the server listens on a loopback
+// host (DNS rebinding: a web page whose name was rebound to 127.0.0.1 must
+// not drive the API), unless the overrides set frontend.httpAllowedHosts.
+func (c *devConfig) allowLoopbackHostsOnly(host string) {
+	key := dynamicconfig.FrontendHTTPAllowedHosts.Key()
+	if _, set := c.static[key]; set || !loopback.Host(host) {
+		return
+	}
+	c.static[key] = []string{"localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "[::1]", "[::1]:*"}
+}
 
 func newDevConfig(overrides map[string]any) *devConfig {
 	c := &devConfig{static: dynamicConfig(overrides)}

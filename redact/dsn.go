@@ -10,7 +10,7 @@ import (
 const dsnMask = "xxxxx"
 
 // kvPasswordPattern matches the value of a password in a key=value DSN
-// (libpq's form: host=db password='it''s' ...), quoted or not (group 1).
+// (libpq's form: host=db password='it”s' ...), quoted or not (group 1).
 var kvPasswordPattern = regexp.MustCompile(`(?i)\b(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'?|[^\s]*)`)
 
 // DSN returns a database DSN fit to print: the password masked in every
