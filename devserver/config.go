@@ -79,7 +79,7 @@ func pickPorts(opts Options) (p ports, uiHold *net.TCPListener, err error) {
 		return p, nil, err
 	}
 	// The frontend's HTTP API (and with it Nexus) listens next to its gRPC port.
-	if err := probe(&p.frontendHTTP, opts.Host, 0, "frontend HTTP", ""); err != nil {
+	if err := probe(&p.frontendHTTP, opts.Host, opts.HTTPPort, "frontend HTTP", "HTTPPort"); err != nil {
 		return p, nil, err
 	}
 	for _, port := range []*int{&p.history, &p.matching, &p.worker} {
@@ -97,6 +97,24 @@ func pickPorts(opts Options) (p ports, uiHold *net.TCPListener, err error) {
 	return p, uiHold, nil
 }
 
+// PortTakenError is a port asked for in Options that another process holds.
+// Option names the field of Options that set it (Port, HTTPPort, UIPort), so
+// a command can name its own flag.
+type PortTakenError struct {
+	What   string // "frontend", "frontend HTTP", "Web UI"
+	Port   int
+	Host   string
+	Option string
+	Err    error
+}
+
+func (e *PortTakenError) Error() string {
+	return fmt.Sprintf("devserver: %s port %d on %s is not free (another Temporal dev server?); stop that process or set Options.%s to another port, 0 for any: %v",
+		e.What, e.Port, e.Host, e.Option, e.Err)
+}
+
+func (e *PortTakenError) Unwrap() error { return e.Err }
+
 // portProbe is a listener held on a port while the other ports are chosen.
 type portProbe struct {
 	l      *net.TCPListener
@@ -110,8 +128,7 @@ func newPortProbe(host string, want int, what, option string) (*portProbe, error
 	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(want)))
 	if err != nil {
 		if want != 0 {
-			return nil, fmt.Errorf("devserver: %s port %d on %s is not free (another Temporal dev server?); stop that process or set Options.%s to another port, 0 for any: %w",
-				what, want, host, option, err)
+			return nil, &PortTakenError{What: what, Port: want, Host: host, Option: option, Err: err}
 		}
 		return nil, fmt.Errorf("devserver: find a free %s port on %s: %w", what, host, err)
 	}

@@ -59,6 +59,8 @@ type Options struct {
 	// Port is the frontend gRPC port. 0 picks a free port. The worker's --dev
 	// mode uses 7233, the port Temporal tools expect.
 	Port int
+	// HTTPPort is the frontend's HTTP API port. 0 picks a free port.
+	HTTPPort int
 	// UIPort is the Web UI's HTTP port. 0 picks a free port; NoUI (-1) starts
 	// no UI. The worker's --dev mode uses 8233.
 	UIPort int
@@ -358,6 +360,9 @@ func (o *Options) applyDefaults() error {
 	}
 	if o.Port < 0 || o.Port > 65535 {
 		return fmt.Errorf("devserver: frontend port %d is out of range; use 0 for a free port or 1-65535", o.Port)
+	}
+	if o.HTTPPort < 0 || o.HTTPPort > 65535 {
+		return fmt.Errorf("devserver: frontend HTTP port %d is out of range; use 0 for a free port or 1-65535", o.HTTPPort)
 	}
 	if o.UIPort < NoUI || o.UIPort > 65535 {
 		return fmt.Errorf("devserver: UI port %d is out of range; use 0 for a free port, -1 for no UI or 1-65535", o.UIPort)
