@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/codec"
+	"github.com/agentsaga/agentsaga/redact"
 )
 
 // Environment variable names. TEMPORAL_* follow the Temporal SDK's
@@ -276,11 +276,6 @@ func env(name, def string) string {
 	return def
 }
 
-// SafeDSN returns dsn with any password masked, for printing.
-func SafeDSN(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil {
-		return dsn
-	}
-	return u.Redacted()
-}
+// SafeDSN returns dsn with any password masked, for printing: every form,
+// parsed or not (see redact.DSN).
+func SafeDSN(dsn string) string { return redact.DSN(dsn) }

@@ -22,6 +22,8 @@ import (
 	"go.temporal.io/server/common/primitives"
 	sqliteschema "go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
+
+	"github.com/agentsaga/agentsaga/internal/loopback"
 )
 
 const (
@@ -77,7 +79,7 @@ func pickPorts(opts Options) (p ports, uiHold *net.TCPListener, err error) {
 		return p, nil, err
 	}
 	// The frontend's HTTP API (and with it Nexus) listens next to its gRPC port.
-	if err := probe(&p.frontendHTTP, opts.Host, 0, "frontend HTTP", ""); err != nil {
+	if err := probe(&p.frontendHTTP, opts.Host, opts.HTTPPort, "frontend HTTP", "HTTPPort"); err != nil {
 		return p, nil, err
 	}
 	for _, port := range []*int{&p.history, &p.matching, &p.worker} {
@@ -95,6 +97,24 @@ func pickPorts(opts Options) (p ports, uiHold *net.TCPListener, err error) {
 	return p, uiHold, nil
 }
 
+// PortTakenError is a port asked for in Options that another process holds.
+// Option names the field of Options that set it (Port, HTTPPort, UIPort), so
+// a command can name its own flag.
+type PortTakenError struct {
+	What   string // "frontend", "frontend HTTP", "Web UI"
+	Port   int
+	Host   string
+	Option string
+	Err    error
+}
+
+func (e *PortTakenError) Error() string {
+	return fmt.Sprintf("devserver: %s port %d on %s is not free (another Temporal dev server?); stop that process or set Options.%s to another port, 0 for any: %v",
+		e.What, e.Port, e.Host, e.Option, e.Err)
+}
+
+func (e *PortTakenError) Unwrap() error { return e.Err }
+
 // portProbe is a listener held on a port while the other ports are chosen.
 type portProbe struct {
 	l      *net.TCPListener
@@ -108,8 +128,7 @@ func newPortProbe(host string, want int, what, option string) (*portProbe, error
 	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(want)))
 	if err != nil {
 		if want != 0 {
-			return nil, fmt.Errorf("devserver: %s port %d on %s is not free (another Temporal dev server?); stop that process or set Options.%s to another port, 0 for any: %w",
-				what, want, host, option, err)
+			return nil, &PortTakenError{What: what, Port: want, Host: host, Option: option, Err: err}
 		}
 		return nil, fmt.Errorf("devserver: find a free %s port on %s: %w", what, host, err)
 	}
@@ -365,6 +384,18 @@ var (
 	forceOn  = []dynamicconfig.ConstrainedValue{{Value: true}}
 	forceOff = []dynamicconfig.ConstrainedValue{{Value: false}}
 )
+
+// allowLoopbackHostsOnly makes the frontend's HTTP API refuse a request
+// whose Host is not a loopback name when the server listens on a loopback
+// host (DNS rebinding: a web page whose name was rebound to 127.0.0.1 must
+// not drive the API), unless the overrides set frontend.httpAllowedHosts.
+func (c *devConfig) allowLoopbackHostsOnly(host string) {
+	key := dynamicconfig.FrontendHTTPAllowedHosts.Key()
+	if _, set := c.static[key]; set || !loopback.Host(host) {
+		return
+	}
+	c.static[key] = []string{"localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "[::1]", "[::1]:*"}
+}
 
 func newDevConfig(overrides map[string]any) *devConfig {
 	c := &devConfig{static: dynamicConfig(overrides)}

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // the pure Go SQLite driver, registered as "sqlite"
+
+	"github.com/agentsaga/agentsaga/internal/loopback"
 )
 
 // The provider names, as used in URLs, effects and the admin API.
@@ -221,7 +223,7 @@ func Start(ctx context.Context, opts Options) (*Sandbox, error) {
 	}
 	s.adminRoutes(mux)
 	registerToken(s.base, s.token)
-	s.srv = &http.Server{Handler: s.guard(mux), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	s.srv = &http.Server{Handler: loopback.Guard(s.guard(mux)), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	go func() { s.served <- s.srv.Serve(s.ln) }()
 	s.log.Info("sandbox providers started", "url", s.base, "dir", opts.Dir)
 	return s, nil

@@ -126,17 +126,9 @@ func amountOf(spec tool.Spec, args json.RawMessage) (int64, string) {
 	return minor, strings.ToUpper(cur)
 }
 
-// minorDigits is the number of decimals of a currency's minor unit (ISO
-// 4217); 2 unless listed.
-var minorDigits = map[string]int{
-	"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0, "RWF": 0,
-	"UGX": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
-	"BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3,
-}
-
 // formatMinor renders minor units as "1,500.00 EUR" (exactly, no floats).
 func formatMinor(minor int64, currency string) string {
-	digits, ok := minorDigits[currency]
+	digits, ok := tool.MinorDigits(currency)
 	if !ok {
 		digits = 2
 	}
