@@ -73,6 +73,7 @@ func run(ctx context.Context, args []string) error {
 	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers (env "+config.EnvSandboxURL+"; --dev starts its own)")
 	operatorsFile := fs.String("operators", os.Getenv(config.EnvOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+config.EnvOperators+"; without it typed names are recorded as unverified)")
 	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+" (moving with --port); \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
+	allowPlaintext := fs.Bool("allow-plaintext-payloads", os.Getenv(config.EnvAllowPlaintext) == "true", "with codec keys: accept plans, turns and decisions that a client sent unencrypted (by default they are refused, so no customer data is stored in the clear; env "+config.EnvAllowPlaintext+"=true)")
 	verbose := fs.Bool("v", false, "log every tool call")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -131,7 +132,7 @@ func run(ctx context.Context, args []string) error {
 		st, err := devstack.Start(ctx, devstack.Options{
 			DataDir: *dataDir, Port: *port, UIPort: *uiPort, HTTPPort: *httpPort, CodecAddr: *codecAddr, Ledger: ledgerDSN,
 			SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr,
-			TaskQueue: t.TaskQueue, Logger: log, Operators: verifier, MetricsAddr: *metricsAddr, Keyring: ring,
+			TaskQueue: t.TaskQueue, Logger: log, Operators: verifier, MetricsAddr: *metricsAddr, Keyring: ring, AllowPlaintext: *allowPlaintext,
 		})
 		if err != nil {
 			return portFlag(err)
@@ -170,6 +171,12 @@ func run(ctx context.Context, args []string) error {
 	opts, err := t.ClientOptions()
 	if err != nil {
 		return usageError{err}
+	}
+	if ring, _, err := t.Keyring(); err == nil && ring != nil {
+		codec.WorkerClientOptions(&opts, ring, *allowPlaintext)
+		if *allowPlaintext {
+			log.Warn("plaintext payloads are accepted (--allow-plaintext-payloads): plans sent without the codec keys are stored in the clear")
+		}
 	}
 	opts.Logger = sdklog.NewStructuredLogger(log)
 	tel, err := telemetry.New(ctx, telemetry.Options{Tools: tools, Ledger: store, Logger: log})
