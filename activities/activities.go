@@ -141,6 +141,8 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 		return Output{}, final(info.Attempt, ErrGuardRefused, "key %s refused by guard: %s", req.Key, claim.Reason)
 	case ledger.Held:
 		return Output{}, final(info.Attempt, ErrHeld, "key %s held for approval: %s", req.Key, claim.Reason)
+	case ledger.ClashUnseen:
+		return Output{}, final(info.Attempt, ErrClashUnseen, "key %s: the approval does not cover the guard as it is now, the tool was not called: %s", req.Key, claim.Reason)
 	case ledger.NoPermit:
 		return Output{}, final(info.Attempt, ErrNoPermit, "key %s: the ledger refused permit %q (missing, for another key or request, or used already): %s; the tool was not called", req.Key, req.PermitID, claim.Reason)
 	case ledger.ReconcileFirst:
@@ -437,6 +439,10 @@ type GuardReport struct {
 	// Others are the other operations of the scope, any state, newest
 	// first, at most 10 (the request's own key excluded).
 	Others []ledger.Operation `json:"others,omitempty"`
+	// Holders are the keys of every operation that holds the scope (all
+	// of them are in Others); an override permit granted on this card names
+	// them (ledger.Permit.Holders).
+	Holders []string `json:"holders,omitempty"`
 }
 
 // maxOthers is how many other operations a GuardReport lists.
@@ -471,6 +477,7 @@ func (a *Activities) CheckGuard(ctx context.Context, req Request) (GuardReport, 
 			rep.Others = append(rep.Others, op)
 		}
 	}
+	rep.Holders, rep.Others = cardHolders(ops, req.Key, rep.Others)
 	return rep, nil
 }
 
