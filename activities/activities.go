@@ -272,8 +272,12 @@ func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool
 // and error code (the parts a database may refuse, such as a NUL byte); if
 // that fails too, the activity fails at once as UNKNOWN naming the cause and
 // the external id: the workflow reconciles by key (after this attempt's lease
-// expires) and never calls again blindly.
+// expires) and never calls again blindly. The writes run on recordContext:
+// a worker stopping, or the activity's time running out, after the provider
+// answered does not lose the answer.
 func (a *Activities) complete(ctx context.Context, req Request, executor string, st ledger.Status, res tool.Result, code string, out Output) (Output, error) {
+	ctx, cancel := recordContext(ctx)
+	defer cancel()
 	result := redact.JSON(res.Data)
 	op, err := a.Ledger.Complete(ctx, ledger.Completion{
 		Key: req.Key, Executor: executor, Status: st,
@@ -322,6 +326,8 @@ func maskAll(texts []string) []string {
 }
 
 func (a *Activities) completeQuietly(ctx context.Context, req Request, executor string, st ledger.Status, code string) {
+	ctx, cancel := recordContext(ctx)
+	defer cancel()
 	code = redact.String(code)
 	if _, err := a.Ledger.Complete(ctx, ledger.Completion{Key: req.Key, Executor: executor, Status: st, ErrorCode: code}); err != nil {
 		// The lease expires and the next claimer reconciles first.
