@@ -920,6 +920,7 @@ func IndexedQueries(s *Store) []IndexedQuery {
 	now := s.nowArg()
 	return []IndexedQuery{
 		{"guard", s.q.guard, []any{"refund-per-order:o-1", "k"}, "operations_scope"},
+		{"holders", s.q.holders, []any{"refund-per-order:o-1", "k"}, "operations_scope"},
 		{"in scope", s.q.inScope, []any{"refund-per-order:o-1", 10}, "operations_scope"},
 		{"duplicate", s.q.duplicate, []any{now, "apply_refund", "order:o-1", "ab12", "k", now, int64(-1e9)}, "operations_duplicate"},
 		{"decisions", s.q.decisions, []any{"k", "k" + compensateSuffix}, "decisions_operation"},
