@@ -9,7 +9,10 @@
 // _TRACES_ENDPOINT) is set. See package telemetry for the metric names.
 //
 // It refuses to start when a tool lacks a side-effect class, a compensator or
-// a reconciler, naming every offender, and stops gracefully on SIGINT/SIGTERM.
+// a reconciler, naming every offender, and stops gracefully on SIGINT/SIGTERM:
+// it takes no new task, lets the tool calls in flight finish and record their
+// outcome (up to sagaworker.StopTimeout: the longest tool timeout plus the
+// ledger record and a margin), then exits. A second signal ends it at once.
 package main
 
 import (
@@ -45,6 +48,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stopSignals = stop
 	if err := run(ctx, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		var ue usageError
@@ -54,6 +58,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// stopSignals restores the default handling of SIGINT and SIGTERM once the
+// first one has started a graceful stop.
+var stopSignals = func() {}
 
 type usageError struct{ error }
 
@@ -227,7 +235,11 @@ func run(ctx context.Context, args []string) error {
 	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s, API key %s\ndecisions: %s\npayloads: %s\nmetrics: %s, traces: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), t.APIKeyState(), identity,
 		payloads, orOff(metricsURL), tracing(tel))
 	<-ctx.Done()
+	stopSignals() // a second signal ends the process at once
+	fmt.Printf("stopping: no new tasks are taken; in-flight tool calls finish and record their outcome (up to %s)\n",
+		sagaworker.StopTimeout(tools.Specs()))
 	w.Stop()
+	fmt.Println("stopped")
 	return nil
 }
 
