@@ -17,11 +17,16 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
+
+// ErrPlaintextRefused is the error type of a plan (or session) a client
+// sent without the codec keys to a worker that has them.
+const ErrPlaintextRefused = "InvalidPlanPlaintextRefused"
 
 // Saga runs plans against the tools it knows. Register its AgentPlan method
 // under WorkflowName.
@@ -130,8 +135,22 @@ type pinned struct {
 	UpsertOnChange bool `json:"upsert_on_change,omitempty"`
 }
 
-func (s *Saga) pin(p plan.Plan) pinned {
-	if err := p.ValidateWith(s.Specs, s.Limits.WithDefaults()); err != nil {
+// pin validates the plan as the workflow received it (raw, under
+// workflowID) and returns the specs of its tools. The bytes are parsed as
+// strictly as the CLI parses a plan (plan.ParseBytes: no key twice, UTF-8,
+// no unknown fields, an integer turn), and a plan runs only under the
+// workflow ID agent-plan:{session}:{turn} of its own content, so nobody
+// takes another plan's keys.
+func (s *Saga) pin(p plan.Plan, raw json.RawMessage, workflowID string) pinned {
+	lim := s.Limits.WithDefaults()
+	if _, err := plan.ParseBytes(raw, lim); err != nil {
+		return pinned{Invalid: err.Error()}
+	}
+	if want := p.WorkflowID(); workflowID != want {
+		return pinned{Invalid: fmt.Sprintf("this plan (session %q, turn %d) runs only under the workflow ID %q, not %q: start it under its own ID",
+			clip(p.SessionID, 140), p.Turn, clip(want, 300), clip(workflowID, 300))}
+	}
+	if err := p.ValidateWith(s.Specs, lim); err != nil {
 		return pinned{Invalid: err.Error()}
 	}
 	out := tool.Specs{}
@@ -150,11 +169,26 @@ func (s *Saga) pin(p plan.Plan) pinned {
 // did its job), so callers read the state, not the error. A cancelled plan
 // lets the call in flight finish, settles it, compensates, and then reports
 // the cancellation.
-func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
+//
+// The input is the plan's JSON as the client sent it: the workflow checks its
+// bytes itself (see pin), since a decoder would let a key named twice or
+// bytes that are not UTF-8 through.
+func (s *Saga) AgentPlan(ctx workflow.Context, raw json.RawMessage) (Status, error) {
+	if codec.IsRefusedPlaintext(raw) {
+		// The type says it to a client without the keys, which cannot
+		// read the (encrypted) message.
+		return Status{}, temporal.NewNonRetryableApplicationError(codec.PlaintextError("the plan").Error(), ErrPlaintextRefused, nil)
+	}
+	var p plan.Plan
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return Status{}, temporal.NewNonRetryableApplicationError(
+			"the input is not a plan (session_id, turn, request_id, requested_by, parallel, steps[] of {tool, args}): "+redact.String(err.Error()), "InvalidPlan", nil)
+	}
 	var pin pinned
 	onChange := startedWithAttributes(ctx)
+	id := workflow.GetInfo(ctx).WorkflowExecution.ID
 	err := workflow.SideEffect(ctx, func(workflow.Context) any {
-		pin := s.pin(p)
+		pin := s.pin(p, raw, id)
 		pin.UpsertOnChange = onChange
 		return pin
 	}).Get(&pin)

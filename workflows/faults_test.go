@@ -23,7 +23,7 @@ import (
 // runCancelled runs p and expects it to end cancelled, returning its status.
 func runCancelled(t *testing.T, env *testsuite.TestWorkflowEnvironment, p plan.Plan) workflows.Status {
 	t.Helper()
-	env.ExecuteWorkflow(workflows.WorkflowName, p)
+	executePlan(env, p)
 	require.True(t, env.IsWorkflowCompleted())
 	var ce *temporal.CanceledError
 	require.ErrorAs(t, env.GetWorkflowError(), &ce, "%v", env.GetWorkflowError())
