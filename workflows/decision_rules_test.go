@@ -277,8 +277,9 @@ func TestEarlyDecisionNamingItsQuestionIsRefused(t *testing.T) {
 }
 
 // Another decision for an answered question is refused, not reported as
-// "already applied"; a second decision while the first is pending (applied
-// but not yet acted on, or being checked with the provider) is refused too.
+// "already applied"; a second decision while the first is pending (being
+// checked with the provider; applied but not yet acted on is
+// TestDecisionWhileTheFirstIsPendingIsRefused) is refused too.
 func TestAnotherDecisionForAnAnsweredQuestionIsRefused(t *testing.T) {
 	h := newHarness(t)
 	env := h.env()
