@@ -487,3 +487,28 @@ func TestRefusedSignalsAreRecordedWithinBounds(t *testing.T) {
 	}
 	require.Equal(t, ledger.Succeeded, st.Steps[0].State)
 }
+
+// A plan whose history is past RefusalHistoryBound records no refusal at
+// all: it only counts them.
+func TestRefusalsAreNotRecordedPastTheHistoryBound(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	p := newPlan("r13h", step("refund", "o1", 90000))
+	fp, _ := p.StepFingerprint(1)
+	var between workflows.Status
+	env.RegisterDelayedCallback(func() {
+		env.SetCurrentHistorySize(workflows.RefusalHistoryBound + 1)
+		env.SignalWorkflow(workflows.SignalApprove, workflows.ApproveSignal{Step: 1, Fingerprint: "stale", By: "bob", Approved: true})
+	}, time.Minute)
+	env.RegisterDelayedCallback(func() {
+		between = status(t, env)
+		update(env, workflows.UpdateApprove, "ok", workflows.ApproveSignal{Step: 1, Fingerprint: fp, By: "bob", Approved: true})
+	}, 2*time.Minute)
+	st := run(t, env, p)
+	require.Equal(t, 1, between.RefusedSignals)
+	require.Empty(t, between.Steps[0].Decisions, "counted, not recorded")
+	require.Equal(t, workflows.SagaSucceeded, st.State)
+	trail, err := h.ledger.Decisions(context.Background(), "r13h:1:1:refund")
+	require.NoError(t, err)
+	require.Len(t, trail, 1, "only the approval is in the audit trail")
+}

@@ -50,6 +50,11 @@ const (
 	// the audit activities' inputs).
 	MaxRefusedNoteLen   = 200
 	MaxRefusedReasonLen = 400
+	// RefusalHistoryBound: a plan whose history is larger than this (in
+	// bytes, as Temporal counts them) records no further refusal, however
+	// few it recorded: what is left of the history is kept for the plan's
+	// own work (Temporal terminates a run at 50 MB by default).
+	RefusalHistoryBound = 8 << 20
 	// MaxClockSkew bounds how far a signed decision's sent_at may be from
 	// the workflow's time.
 	MaxClockSkew = 15 * time.Minute
@@ -627,7 +632,8 @@ func (r *run) duplicate(qid string, step int) DecisionResult {
 // in the step (when it names one) and in the ledger's audit trail.
 //
 // Everything it records is clipped (question id, by, note, reason), and only
-// the first MaxRefusedRecorded refusals are recorded: later ones are counted
+// the first MaxRefusedRecorded refusals are recorded, none once the history
+// is past RefusalHistoryBound: later ones are counted
 // (Status.RefusedSignals) and logged, and issue no command at all. So what a
 // plan records for refusals is bounded whatever is sent; the signals
 // themselves are in the history as Temporal stores them (see the README).
@@ -637,7 +643,7 @@ func (r *run) refuse(ctx workflow.Context, kind string, step int, qid, by string
 	reason := clip(why.Error(), MaxRefusedReasonLen)
 	workflow.GetLogger(ctx).Warn("decision refused", "step", step, "kind", kind, "refused_so_far", r.refused, "reason", redact.String(reason))
 	r.count(ctx, MetricDecisions, map[string]string{"kind": "refused", "outcome": ""})
-	if r.refused > MaxRefusedRecorded {
+	if r.refused > MaxRefusedRecorded || (r.strict(ctx, false) && workflow.GetInfo(ctx).GetCurrentHistorySize() > RefusalHistoryBound) {
 		return // counted, not recorded: a flood of signals never grows the history without bound
 	}
 	d := Decision{Kind: kind, QuestionID: printable(clip(qid, MaxQuestionIDLen)), By: printable(clip(by, MaxByLen)), SentAt: sentAt, At: workflow.Now(ctx),
