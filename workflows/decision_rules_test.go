@@ -512,3 +512,24 @@ func TestRefusalsAreNotRecordedPastTheHistoryBound(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, trail, 1, "only the approval is in the audit trail")
 }
+
+// A refusal is masked before it is clipped: a card number across the clip
+// is never kept in part.
+func TestRefusalIsMaskedBeforeItIsClipped(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	p := newPlan("r13m", step("refund", "o1", 90000))
+	fp, _ := p.StepFingerprint(1)
+	note := strings.Repeat("x", workflows.MaxRefusedNoteLen-10) + " 4111 1111 1111 1111"
+	var between workflows.Status
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(workflows.SignalApprove, workflows.ApproveSignal{Step: 1, Fingerprint: "stale", By: "bob", Approved: true, Reason: note})
+	}, time.Minute)
+	env.RegisterDelayedCallback(func() {
+		between = status(t, env)
+		update(env, workflows.UpdateApprove, "no", workflows.ApproveSignal{Step: 1, Fingerprint: fp, By: "bob"})
+	}, 2*time.Minute)
+	run(t, env, p)
+	require.Len(t, between.Steps[0].Decisions, 1)
+	require.NotContains(t, between.Steps[0].Decisions[0].Note, "4111", "%q", between.Steps[0].Decisions[0].Note)
+}

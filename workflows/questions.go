@@ -640,14 +640,16 @@ func (r *run) duplicate(qid string, step int) DecisionResult {
 func (r *run) refuse(ctx workflow.Context, kind string, step int, qid, by string, sentAt time.Time, note string, why error) {
 	r.refused++
 	r.st.RefusedSignals = r.refused
-	reason := clip(why.Error(), MaxRefusedReasonLen)
-	workflow.GetLogger(ctx).Warn("decision refused", "step", step, "kind", kind, "refused_so_far", r.refused, "reason", redact.String(reason))
+	// Masked first, then clipped: a clip never cuts a secret into a part
+	// the masking would not recognise.
+	reason := clip(redact.String(why.Error()), MaxRefusedReasonLen)
+	workflow.GetLogger(ctx).Warn("decision refused", "step", step, "kind", kind, "refused_so_far", r.refused, "reason", reason)
 	r.count(ctx, MetricDecisions, map[string]string{"kind": "refused", "outcome": ""})
 	if r.refused > MaxRefusedRecorded || (r.strict(ctx, false) && workflow.GetInfo(ctx).GetCurrentHistorySize() > RefusalHistoryBound) {
 		return // counted, not recorded: a flood of signals never grows the history without bound
 	}
-	d := Decision{Kind: kind, QuestionID: printable(clip(qid, MaxQuestionIDLen)), By: printable(clip(by, MaxByLen)), SentAt: sentAt, At: workflow.Now(ctx),
-		Note: redact.String(clip(note, MaxRefusedNoteLen)), Refused: redact.String(reason)}
+	d := Decision{Kind: kind, QuestionID: clip(printable(qid), MaxQuestionIDLen), By: clip(printable(by), MaxByLen), SentAt: sentAt, At: workflow.Now(ctx),
+		Note: clip(redact.String(note), MaxRefusedNoteLen), Refused: reason}
 	key := ""
 	if step >= 1 && step <= len(r.st.Steps) {
 		st := r.step(step)
