@@ -437,7 +437,7 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 		if !ok {
 			return r.gaveUp(dctx, n, false)
 		}
-		if req.PermitID, ok = r.grant(dctx, n, d, rule); !ok {
+		if req.PermitID, ok = r.grant(dctx, n, d, rule, rep.Holders); !ok {
 			return r.gaveUp(dctx, n, false)
 		}
 	}
@@ -457,7 +457,9 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 		st.LastError, st.ErrorCode = errText(err), redact.String(activities.DetailOf(err).Code)
 		r.lastErr[n] = activities.ErrorType(err)
 		switch {
-		case activities.ErrorType(err) == activities.ErrHeld:
+		case activities.ErrorType(err) == activities.ErrHeld, activities.ErrorType(err) == activities.ErrClashUnseen:
+			// Held, or approved on a card that missed a holder of the
+			// guard: ask (again) on a fresh card.
 			rep := r.checkGuard(dctx, req)
 			if rep.Clash == "" {
 				rep.Clash = st.LastError
@@ -467,7 +469,7 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 			if !ok {
 				return r.gaveUp(dctx, n, true)
 			}
-			if req.PermitID, ok = r.grant(dctx, n, d, rule); !ok {
+			if req.PermitID, ok = r.grant(dctx, n, d, rule, rep.Holders); !ok {
 				return r.gaveUp(dctx, n, true)
 			}
 			calls--
@@ -675,7 +677,7 @@ func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 		return
 	}
 	switch r.lastErr[n] {
-	case activities.ErrNoPermit, activities.ErrGuardRefused, activities.ErrAlreadyFinal, activities.ErrNotRegistered, activities.ErrHeld:
+	case activities.ErrNoPermit, activities.ErrGuardRefused, activities.ErrAlreadyFinal, activities.ErrNotRegistered, activities.ErrHeld, activities.ErrClashUnseen:
 		return // refused before anything was sent
 	}
 	look, err := r.reconcile(dctx, r.request(n), 0)

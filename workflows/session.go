@@ -56,6 +56,12 @@ type SessionStart struct {
 type TurnRequest struct {
 	Turn      int    `json:"turn"`
 	RequestID string `json:"request_id,omitempty"`
+	// RequestedBy names who sent this turn: its cards say so and four eyes
+	// refuses that principal's approval of the turn's steps. Empty means
+	// the session's SessionStart.RequestedBy. A turn sent into a session
+	// someone else started is requested by its own sender, not by the
+	// session's starter.
+	RequestedBy string `json:"requested_by,omitempty"`
 	// Parallel runs the turn's steps at once (several tool calls in one
 	// model message); see plan.Plan.Parallel.
 	Parallel bool        `json:"parallel,omitempty"`
@@ -272,7 +278,7 @@ func (ss *session) registerSession(ctx workflow.Context) error {
 // with the same payload is accepted (it returns the first result); with
 // another payload it is a conflict.
 func (ss *session) checkTurn(ctx workflow.Context, t TurnRequest, validating bool) (string, error) {
-	p := plan.Plan{SessionID: ss.run.plan.SessionID, Turn: t.Turn, RequestID: t.RequestID, RequestedBy: ss.in.RequestedBy, Parallel: t.Parallel, Steps: t.Steps}
+	p := plan.Plan{SessionID: ss.run.plan.SessionID, Turn: t.Turn, RequestID: t.RequestID, RequestedBy: ss.requester(t), Parallel: t.Parallel, Steps: t.Steps}
 	fp, err := p.Fingerprint()
 	if err != nil {
 		return "", refused("turn %d: %v", t.Turn, err)
@@ -352,6 +358,15 @@ func (ss *session) turn(ctx workflow.Context, t TurnRequest) (TurnResult, error)
 	return ss.result(t.Turn, rec), nil
 }
 
+// requester returns who sent turn t: its own RequestedBy, else the
+// session's.
+func (ss *session) requester(t TurnRequest) string {
+	if t.RequestedBy != "" {
+		return t.RequestedBy
+	}
+	return ss.in.RequestedBy
+}
+
 // waitingIn returns the oldest open question of a step of rec, or nil.
 func (ss *session) waitingIn(rec *turnRecord) *Question {
 	for _, q := range ss.run.openList() {
@@ -389,10 +404,14 @@ func (ss *session) start(ctx workflow.Context, t TurnRequest, fp string) *turnRe
 	}
 	ss.turns[t.Turn] = rec
 	ss.active, r.plan.Turn, r.plan.RequestID, r.st.Turn = t.Turn, t.Turn, t.RequestID, t.Turn
+	// The turn's sender is its plan's requester while it runs: its cards
+	// and four eyes see who sent it. Between turns (an end's reversals)
+	// the session's own requester is.
+	r.plan.RequestedBy = ss.requester(t)
 	ss.started++
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
-		defer func() { ss.active = 0 }()
+		defer func() { ss.active, r.plan.RequestedBy = 0, ss.in.RequestedBy }()
 		pushed := len(r.stack)
 		for _, g := range r.groups(ctx, rec.First, rec.Last, t.Parallel) {
 			failed := r.runGroup(ctx, dctx, g)

@@ -28,6 +28,11 @@ func sendTurn(env *testsuite.TestWorkflowEnvironment, session string, turn int, 
 // Update IDs only within one run: after continue-as-new, a resent turn
 // reaches the workflow's own check).
 func sendTurnAs(env *testsuite.TestWorkflowEnvironment, updateID string, turn int, steps ...plan.Step) *turnAnswer {
+	return sendRequest(env, updateID, workflows.TurnRequest{Turn: turn, Steps: steps})
+}
+
+// sendRequest sends a whole TurnRequest under updateID.
+func sendRequest(env *testsuite.TestWorkflowEnvironment, updateID string, t workflows.TurnRequest) *turnAnswer {
 	a := &turnAnswer{}
 	env.UpdateWorkflow(workflows.UpdateTurn, updateID, &testsuite.TestUpdateCallback{
 		OnAccept: func() {},
@@ -38,7 +43,7 @@ func sendTurnAs(env *testsuite.TestWorkflowEnvironment, updateID string, turn in
 				a.result = r
 			}
 		},
-	}, workflows.TurnRequest{Turn: turn, Steps: steps})
+	}, t)
 	return a
 }
 
@@ -174,4 +179,77 @@ func TestSessionIsBounded(t *testing.T) {
 	require.NoError(t, env.GetWorkflowError())
 	require.Error(t, big.rejected)
 	require.Contains(t, big.rejected.Error(), "MaxSessionSteps")
+}
+
+// A turn's requester is whoever sent it: alice's turn in bob's session says
+// "requested by alice" on its card and four eyes refuses alice's approval;
+// a turn that names nobody is the session's requester's.
+func TestSessionTurnIsRequestedByItsSender(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	var alices, bobs *turnAnswer
+	var selfApproval, bobsSelf, carolOnAlice, carolOnBob *answer
+	var aliceCard, bobCard workflows.Card
+	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
+	at(time.Second, func() {
+		alices = sendRequest(env, "ss5:1", workflows.TurnRequest{Turn: 1, RequestedBy: "alice", Steps: []plan.Step{step("refund", "o1", 90000)}})
+	})
+	at(2*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		aliceCard = q.Card
+		selfApproval = update(env, workflows.UpdateApprove, "alice-self", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "alice", Approved: true})
+	})
+	at(3*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		carolOnAlice = update(env, workflows.UpdateApprove, "carol-1", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "carol", Approved: true})
+	})
+	at(4*time.Second, func() { bobs = sendTurn(env, "ss5", 2, step("refund", "o2", 90000)) })
+	at(5*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		bobCard = q.Card
+		bobsSelf = update(env, workflows.UpdateApprove, "bob-self", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "bob", Approved: true})
+	})
+	at(6*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		carolOnBob = update(env, workflows.UpdateApprove, "carol-2", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "carol", Approved: true})
+	})
+	at(7*time.Second, func() { endSession(env, "succeeded") })
+	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss5", RequestedBy: "bob"})
+	require.NoError(t, env.GetWorkflowError())
+
+	require.Equal(t, "alice", aliceCard.RequestedBy, "the card names the turn's sender, not the session's starter")
+	require.ErrorContains(t, selfApproval.rejected, "four eyes", "alice cannot approve her own turn in bob's session")
+	require.NoError(t, carolOnAlice.err)
+	require.True(t, carolOnAlice.result.Applied)
+	require.Equal(t, "bob", bobCard.RequestedBy, "a turn naming nobody is the session's requester's")
+	require.ErrorContains(t, bobsSelf.rejected, "four eyes")
+	require.NoError(t, carolOnBob.err)
+	require.Equal(t, workflows.TurnWaiting, alices.result.State)
+	require.Equal(t, workflows.TurnWaiting, bobs.result.State)
+	require.Equal(t, 2, h.p.count("refund"), "each refund once, each approved by another person")
+}
+
+// The card of a new write shows the identical calls the session already
+// made: a second charge of the same order and amount, held for a person,
+// lists the first one under "already ran".
+func TestSessionCardShowsIdenticalCallsAlreadyMade(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	var card workflows.Card
+	held := step("charge", "o1", 100)
+	held.Hold = "suspected duplicate of ss6:1:1:charge"
+	env.RegisterDelayedCallback(func() { sendTurn(env, "ss6", 1, step("charge", "o1", 100)) }, time.Second)
+	env.RegisterDelayedCallback(func() { sendTurn(env, "ss6", 2, step("charge", "o2", 100)) }, 2*time.Second)
+	env.RegisterDelayedCallback(func() { sendTurn(env, "ss6", 3, held) }, 3*time.Second)
+	env.RegisterDelayedCallback(func() {
+		q := openQuestion(t, status(t, env))
+		card = q.Card
+		update(env, workflows.UpdateApprove, "no", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "carol", Approved: false})
+	}, 4*time.Second)
+	env.RegisterDelayedCallback(func() { endSession(env, "succeeded") }, 5*time.Second)
+	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss6"})
+	require.NoError(t, env.GetWorkflowError())
+	require.Len(t, card.AlreadyRan, 1, "the identical charge, not the other order's: %v", card.AlreadyRan)
+	require.Contains(t, card.AlreadyRan[0], "ss6:1:1:charge (succeeded")
+	require.Equal(t, 2, h.p.count("charge"), "the held charge was rejected")
 }
