@@ -360,10 +360,9 @@ type run struct {
 	// closed remembers the decision applied to each closed question, so a
 	// repeated identical decision (a double click) is recognised.
 	closed     map[string]Decision
-	lastClosed map[int]Decision    // the decision that closed each step's latest question
-	refused    int                 // refused signals so far
-	justClosed map[string]Question // the question being closed, for its audit entry
-	lastErr    map[int]string      // the error type that ended each failed step
+	lastClosed map[int]Decision // the decision that closed each step's latest question
+	refused    int              // refused signals so far
+	lastErr    map[int]string   // the error type that ended each failed step
 	// upsertOnChange skips an upsert of search attributes that would not
 	// change them (as pinned: see pinned.UpsertOnChange).
 	upsertOnChange bool
