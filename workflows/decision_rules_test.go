@@ -236,7 +236,7 @@ func TestFourEyesInOneNormalForm(t *testing.T) {
 		env := h.env()
 		p := newPlan("r10r", step("refund", "o1", 90000))
 		p.RequestedBy = "alice\u200b"
-		env.ExecuteWorkflow(workflows.WorkflowName, p)
+		executePlan(env, p)
 		require.True(t, env.IsWorkflowCompleted())
 		require.ErrorContains(t, env.GetWorkflowError(), "requested_by")
 		require.ErrorContains(t, env.GetWorkflowError(), "invisible")
@@ -400,7 +400,7 @@ func TestApprovalExpiresAfterTheToolsWindow(t *testing.T) {
 func TestWorkflowEnforcesMaxSteps(t *testing.T) {
 	h := newHarness(t)
 	env := h.sagaEnv(plan.Limits{MaxSteps: 2})
-	env.ExecuteWorkflow(workflows.WorkflowName, newPlan("r-max", step("charge", "o1", 1), step("charge", "o2", 1), step("charge", "o3", 1)))
+	executePlan(env, newPlan("r-max", step("charge", "o1", 1), step("charge", "o2", 1), step("charge", "o3", 1)))
 	require.True(t, env.IsWorkflowCompleted())
 	require.ErrorContains(t, env.GetWorkflowError(), "max_steps")
 	require.Empty(t, h.p.callsOf("charge"), "nothing ran")
