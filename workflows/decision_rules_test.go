@@ -467,7 +467,7 @@ func TestRefusedSignalsAreRecordedWithinBounds(t *testing.T) {
 	require.Len(t, between.Steps[0].Decisions, workflows.MaxRefusedRecorded, "only the first ones recorded")
 	for _, d := range between.Steps[0].Decisions {
 		require.NotEmpty(t, d.Refused)
-		require.Regexp(t, "^(fingerprint|question_id|run_id|signature|outcome|by) is [0-9]+ bytes", d.Refused, "bounded first, nothing else looked at")
+		require.Regexp(t, "^(the decision|fingerprint|question_id|run_id|signature|outcome|by) is [0-9]+ bytes", d.Refused, "bounded first, nothing else looked at")
 		require.LessOrEqual(t, len(d.Refused), workflows.MaxRefusedReasonLen+len("…"))
 		require.LessOrEqual(t, len(d.Note), workflows.MaxRefusedNoteLen+len("…"))
 		require.LessOrEqual(t, len(d.By), workflows.MaxByLen+len("…"))

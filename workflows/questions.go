@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -13,8 +14,10 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/operators"
+	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
@@ -104,19 +107,45 @@ func (r *run) register(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return r.st, nil }); err != nil {
 		return fmt.Errorf("register status query: %w", err)
 	}
+	// Decisions arrive as raw JSON, checked as strictly as a plan (see
+	// decodeDecision) before anything else is looked at.
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateApprove,
-		func(ctx workflow.Context, a ApproveSignal) (DecisionResult, error) { return r.applyApprove(ctx, a) },
+		func(ctx workflow.Context, raw json.RawMessage) (DecisionResult, error) {
+			a, err := decodeDecision[ApproveSignal](raw)
+			if err != nil {
+				return DecisionResult{}, err
+			}
+			return r.applyApprove(ctx, a)
+		},
 		workflow.UpdateHandlerOptions{
-			Validator:   func(ctx workflow.Context, a ApproveSignal) error { return r.checkApprove(ctx, a, true) },
+			Validator: func(ctx workflow.Context, raw json.RawMessage) error {
+				a, err := decodeDecision[ApproveSignal](raw)
+				if err != nil {
+					return err
+				}
+				return r.checkApprove(ctx, a, true)
+			},
 			Description: "Approve or reject the open approval question of a step.",
 		})
 	if err != nil {
 		return fmt.Errorf("register update %s: %w", UpdateApprove, err)
 	}
 	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateResolve,
-		func(ctx workflow.Context, s ResolveSignal) (DecisionResult, error) { return r.applyResolve(ctx, s) },
+		func(ctx workflow.Context, raw json.RawMessage) (DecisionResult, error) {
+			d, err := decodeDecision[ResolveSignal](raw)
+			if err != nil {
+				return DecisionResult{}, err
+			}
+			return r.applyResolve(ctx, d)
+		},
 		workflow.UpdateHandlerOptions{
-			Validator:   func(ctx workflow.Context, s ResolveSignal) error { return r.checkResolve(ctx, s, true) },
+			Validator: func(ctx workflow.Context, raw json.RawMessage) error {
+				d, err := decodeDecision[ResolveSignal](raw)
+				if err != nil {
+					return err
+				}
+				return r.checkResolve(ctx, d, true)
+			},
 			Description: "Say what happened to a step whose outcome is open, or to its failed reversal.",
 		})
 	if err != nil {
@@ -127,17 +156,22 @@ func (r *run) register(ctx workflow.Context) error {
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ctx, _ = workflow.NewDisconnectedContext(ctx)
 		for {
-			var a ApproveSignal
-			approveCh.Receive(ctx, &a)
+			var raw json.RawMessage
+			approveCh.Receive(ctx, &raw)
+			a, err := signalDecision(ctx, r, raw, &ApproveSignal{})
+			if err != nil {
+				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
+				continue
+			}
 			if err := r.tooEarlyUnnamed(ctx, a.Step, a.QuestionID); err != nil {
 				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
 				continue
 			}
-			if err := r.checkApprove(ctx, a, false); err != nil {
+			if err := r.checkApprove(ctx, *a, false); err != nil {
 				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
 				continue
 			}
-			if _, err := r.applyApprove(ctx, a); err != nil {
+			if _, err := r.applyApprove(ctx, *a); err != nil {
 				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
 			}
 		}
@@ -145,22 +179,74 @@ func (r *run) register(ctx workflow.Context) error {
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ctx, _ = workflow.NewDisconnectedContext(ctx)
 		for {
-			var s ResolveSignal
-			resolveCh.Receive(ctx, &s)
+			var raw json.RawMessage
+			resolveCh.Receive(ctx, &raw)
+			s, err := signalDecision(ctx, r, raw, &ResolveSignal{})
+			if err != nil {
+				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
+				continue
+			}
 			if err := r.tooEarlyUnnamed(ctx, s.Step, s.QuestionID); err != nil {
 				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
 				continue
 			}
-			if err := r.checkResolve(ctx, s, false); err != nil {
+			if err := r.checkResolve(ctx, *s, false); err != nil {
 				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
 				continue
 			}
-			if _, err := r.applyResolve(ctx, s); err != nil {
+			if _, err := r.applyResolve(ctx, *s); err != nil {
 				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
 			}
 		}
 	})
 	return nil
+}
+
+// MaxDecisionBytes bounds the JSON of one decision (approve or resolve): its
+// fields' own limits add up to far less.
+const MaxDecisionBytes = 16 << 10
+
+// decodeDecision reads a decision's JSON as strictly as a plan: at most
+// MaxDecisionBytes, UTF-8, no key twice, no unknown field; a payload a
+// client sent unencrypted to a worker with codec keys is refused.
+func decodeDecision[T ApproveSignal | ResolveSignal](raw json.RawMessage) (T, error) {
+	var d T
+	if codec.IsRefusedPlaintext(raw) {
+		return d, refused("%v", codec.ErrPlaintext)
+	}
+	if len(raw) > MaxDecisionBytes {
+		return d, refused("the decision is %d bytes, the limit is %d (MaxDecisionBytes): send only its fields", len(raw), MaxDecisionBytes)
+	}
+	if err := plan.CheckJSON(raw, MaxDecisionBytes); err != nil {
+		return d, refused("the decision is not plain JSON: %s", redact.String(err.Error()))
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return d, refused("the decision does not fit its payload: %s", clip(redact.String(err.Error()), 200))
+	}
+	return d, nil
+}
+
+// signalDecision decodes a decision signal into dst: strictly (decodeDecision)
+// in plans under versionDecisionRules, as the SDK decoded signals before in
+// plans that took a decision before them.
+//
+// On a refusal dst still holds what a plain decoder read of it (its step,
+// question, sender), so the refusal is recorded where it was aimed.
+func signalDecision[T ApproveSignal | ResolveSignal](ctx workflow.Context, r *run, raw json.RawMessage, dst *T) (*T, error) {
+	if r.strict(ctx, false) {
+		d, err := decodeDecision[T](raw)
+		if err != nil {
+			_ = json.Unmarshal(raw, dst) // best effort, for the record only
+			return dst, err
+		}
+		return &d, nil
+	}
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return dst, refused("the decision could not be read: %s", clip(redact.String(err.Error()), 200))
+	}
+	return dst, nil
 }
 
 // strict reports whether the decision rules of versionDecisionRules apply:
@@ -650,13 +736,18 @@ func (r *run) refuse(ctx workflow.Context, kind string, step int, qid, by string
 	}
 	d := Decision{Kind: kind, QuestionID: clip(printable(qid), MaxQuestionIDLen), By: clip(printable(by), MaxByLen), SentAt: sentAt, At: workflow.Now(ctx),
 		Note: clip(redact.String(note), MaxRefusedNoteLen), Refused: reason}
-	key := ""
-	if step >= 1 && step <= len(r.st.Steps) {
-		st := r.step(step)
-		st.Decisions = append(st.Decisions, d)
-		key = st.Key
+	if step < 1 || step > len(r.st.Steps) {
+		// Aimed at no step of this plan: counted in the status and logged;
+		// the ledger's audit trail is per operation key. (Plans from before
+		// versionDecisionRules tried to record it under no key.)
+		if !r.strict(ctx, false) {
+			r.audit(ctx, "", d, nil)
+		}
+		return
 	}
-	r.audit(ctx, key, d, nil)
+	st := r.step(step)
+	st.Decisions = append(st.Decisions, d)
+	r.audit(ctx, st.Key, d, nil)
 }
 
 // printable masks secrets and replaces control characters, for text a
