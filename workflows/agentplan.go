@@ -599,9 +599,24 @@ func (r *run) settle(dctx workflow.Context, n int, spec tool.Spec, req activitie
 		st.State = ledger.FailedFinal
 		st.LastError = fmt.Sprintf("resolved as failed by %s: %s", d.By, d.Note)
 	case OutcomeRetry:
-		r.record(dctx, st.Key, ledger.Pending, d)
+		r.record(dctx, st.Key, retryStatus(spec), d)
 	}
 	return d.Outcome, true
+}
+
+// retryStatus is the ledger state a person's `retry` of an outcome leaves a
+// write in. A retry is "call again with the same key after reconciling": for
+// a tool that can look itself up the row stays unknown, so the next claim
+// reconciles by key first (found: succeeded, nothing sent; authoritatively
+// absent: sent again; anything else: UNKNOWN again, reconciled for the
+// tool's window and then asked again). Only for a tool without lookup is the
+// person's word that nothing happened the last one: the row is pending and
+// the call goes out.
+func retryStatus(spec tool.Spec) ledger.Status {
+	if spec.NoLookup {
+		return ledger.Pending
+	}
+	return ledger.Unknown
 }
 
 // reconcileUntil asks the provider by key until it gives a definite answer
