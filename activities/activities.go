@@ -236,6 +236,20 @@ func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spe
 	return cr
 }
 
+// providerConflict reports whether op ended because the provider answered
+// its call with a key conflict (the same key used before with other
+// arguments, such as a 422 idempotency-key mismatch).
+func providerConflict(op ledger.Operation) bool {
+	return op.Status == ledger.FailedFinal && strings.HasPrefix(op.ErrorCode, string(tool.KindConflict)+":")
+}
+
+// canMatch reports whether a found effect can be checked against a call of t:
+// the tool implements tool.Matcher or its spec declares Match fields.
+func canMatch(t tool.Tool, spec tool.Spec) bool {
+	_, ok := t.(tool.Matcher)
+	return ok || len(spec.Match) > 0
+}
+
 // executorOf names the lease holder: one attempt of one operation. Each
 // attempt is its own executor, so an attempt that outlived its timeout (a
 // zombie still talking to the provider) never shares its lease with the
@@ -367,6 +381,14 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		look, err := a.lookup(ctx, t, req)
 		if err != nil {
 			return tool.Lookup{Status: tool.Unknown}, nil
+		}
+		if look.Status == tool.Found && providerConflict(claim.Operation) && !canMatch(t, spec) {
+			// The provider refused this call because the key was used
+			// with other arguments: what it holds is someone else's
+			// until shown otherwise, and this tool declares no way to
+			// show it. Never adopted (and so never reversed).
+			look.Status, look.Authoritative = tool.Mismatch, true
+			look.Differences = []string{fmt.Sprintf("the provider refused this call as a key conflict (%s) and %s declares no Match, so the effect it holds under the key cannot be shown to be this step's", claim.Operation.ErrorCode, req.Tool)}
 		}
 		if look.Status == tool.Mismatch && claim.Operation.Status == ledger.FailedFinal {
 			if _, terr := a.Ledger.Transition(ctx, ledger.Transition{Key: req.Key, From: []ledger.Status{ledger.FailedFinal},

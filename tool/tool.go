@@ -57,8 +57,10 @@ type Spec struct {
 	// is checked against the call's args before it is adopted (reconcile,
 	// or a provider answering with an existing effect): every listed arg
 	// must equal the named field of the provider's answer. A tool can
-	// implement Matcher instead. Without either, a found effect is adopted
-	// unchecked.
+	// implement Matcher instead. Without either, an effect found after a
+	// lost answer is adopted unchecked, and one found after the provider
+	// refused the call as a key conflict (a 422 idempotency-key mismatch)
+	// is never adopted: it is a Mismatch for a person.
 	Match []MatchField `json:",omitzero"`
 }
 

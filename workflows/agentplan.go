@@ -705,6 +705,9 @@ func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 		st.LastError = "reported failed but the provider has the effect: " + msg
 	case look.Status == tool.Mismatch:
 		rule := fmt.Sprintf("the step failed and the provider holds an effect under key %s made with other arguments (%s): it is not reversed unless a person says it is this step's", st.Key, look.Result.ExternalID)
+		if len(look.Differences) > 0 {
+			rule += ": " + strings.Join(look.Differences, "; ")
+		}
 		d := r.askResolve(dctx, n, QuestionOutcome, rule, []string{string(OutcomeFailed)})
 		r.record(dctx, st.Key, ledger.FailedFinal, d)
 		st.State = ledger.FailedFinal
