@@ -61,6 +61,9 @@ type Request struct {
 	// key): the activity's summary in the UI, kept in the ledger for other
 	// plans' approval cards.
 	Summary string `json:"summary,omitempty"`
+	// Pinned is the tool's spec as the plan pinned it (see Pinned); nil
+	// in requests of older histories, which run with the registry's spec.
+	Pinned *Pinned `json:"pinned,omitempty"`
 }
 
 // Output is what a succeeded ExecuteTool returns.
@@ -99,7 +102,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	if !ok {
 		return Output{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
-	spec := t.Spec()
+	spec := specOf(t, req)
 	call := tool.Call{Key: req.Key, Args: req.Args, Attempt: info.Attempt}
 	log := a.log().With("key", req.Key, "tool", req.Tool, "attempt", info.Attempt)
 
@@ -169,7 +172,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 
 	res, err := t.Execute(ctx, call)
 	if err == nil {
-		if diff := answerDifferences(t, req.Args, res); len(diff) > 0 {
+		if diff := answerDifferences(t, spec, req.Args, res); len(diff) > 0 {
 			// An upsert by key answered with an effect someone made with
 			// other arguments: it is not this step's effect.
 			log.Warn("provider answered with an effect made with other arguments", "external_id", res.ExternalID, "differences", maskAll(diff))
@@ -188,11 +191,11 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 // an upsert by key may answer with an effect made before with other
 // arguments. Only an answer that is a JSON object is checked; a provider that
 // answers with nothing did what it was asked.
-func answerDifferences(t tool.Tool, args json.RawMessage, res tool.Result) []string {
+func answerDifferences(t tool.Tool, spec tool.Spec, args json.RawMessage, res tool.Result) []string {
 	if obj, err := tool.DecodeObject(res.Data); err != nil || len(obj) == 0 {
 		return nil
 	}
-	return tool.Differences(t, args, res)
+	return differences(t, spec, args, res)
 }
 
 // ledgerStatus is what the ledger records for a failed attempt: only a
@@ -263,6 +266,7 @@ func executorOf(info activity.Info, key string) string {
 // effect against req's args: one made with other arguments is Mismatch,
 // never Found.
 func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool.Lookup, error) {
+	spec := specOf(t, req)
 	rc, ok := t.(tool.Reconciler)
 	if !ok {
 		return tool.Lookup{Status: tool.Unknown}, nil
@@ -272,7 +276,7 @@ func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool
 		return look, err
 	}
 	if look.Status == tool.Found {
-		if diff := tool.Differences(t, req.Args, look.Result); len(diff) > 0 {
+		if diff := differences(t, spec, req.Args, look.Result); len(diff) > 0 {
 			look.Status, look.Differences, look.Authoritative = tool.Mismatch, diff, true
 		}
 	}
@@ -353,7 +357,7 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 	if !ok {
 		return tool.Lookup{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
-	spec := t.Spec()
+	spec := specOf(t, req)
 	// A key the ledger never claimed was never sent by this engine: ask the
 	// provider (a purge may have forgotten a real effect) but create no
 	// row, so a reconcile never leaves a phantom row holding a guard scope.
@@ -472,7 +476,7 @@ func (a *Activities) CheckGuard(ctx context.Context, req Request) (GuardReport, 
 	if !ok {
 		return GuardReport{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
-	g := t.Spec().Guard
+	g := specOf(t, req).Guard
 	if g == nil {
 		return GuardReport{}, nil
 	}

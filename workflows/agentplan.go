@@ -415,7 +415,8 @@ func (r *run) showAttributes(ctx workflow.Context, s SagaState) {
 
 func (r *run) request(n int) activities.Request {
 	st := r.step(n)
-	req := activities.Request{Key: st.Key, Tool: st.Tool, Args: r.plan.Steps[n-1].Args, Fingerprint: st.Fingerprint, RequestID: r.plan.RequestID}
+	req := activities.Request{Key: st.Key, Tool: st.Tool, Args: r.plan.Steps[n-1].Args, Fingerprint: st.Fingerprint, RequestID: r.plan.RequestID,
+		Pinned: activities.PinnedOf(r.specs[st.Tool])}
 	req.Summary = r.summary(r.specs[st.Tool], req)
 	return req
 }
@@ -765,7 +766,7 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 		OriginalKey: st.Key, OriginalTool: st.Tool, OriginalExternalID: st.ExternalID, OriginalArgs: r.plan.Steps[n-1].Args,
 	})
 	fp, _ := plan.Fingerprint(c.Tool, args)
-	req := activities.Request{Key: c.Key, Tool: c.Tool, Args: args, Fingerprint: fp, RequestID: r.plan.RequestID}
+	req := activities.Request{Key: c.Key, Tool: c.Tool, Args: args, Fingerprint: fp, RequestID: r.plan.RequestID, Pinned: activities.PinnedOf(cspec)}
 	out, err := r.execute(dctx, cspec, req, &c.Attempts)
 	if err != nil && activities.IsUnknown(err) {
 		c.State, c.LastError = ledger.Unknown, errText(err)
