@@ -7,6 +7,7 @@ package tool
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -183,3 +184,16 @@ type Reversal struct {
 
 // CompensationKey returns the key of the reversal of the call with key k.
 func CompensationKey(k string) string { return k + ":compensate" }
+
+// ReversalRetryKey returns the key of round round of the reversal of the
+// call with key k: CompensationKey(k) for round 1, then
+// {k}:compensate:{round}. A new round starts only when a person retries a
+// reversal the provider rejected for good: a provider that stores answers by
+// key (as Stripe does) would replay the rejection under the old key forever,
+// so the retry is a new request.
+func ReversalRetryKey(k string, round int) string {
+	if round <= 1 {
+		return CompensationKey(k)
+	}
+	return fmt.Sprintf("%s:%d", CompensationKey(k), round)
+}

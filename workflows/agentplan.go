@@ -330,6 +330,8 @@ type run struct {
 	refused    int                 // refused signals so far
 	justClosed map[string]Question // the question being closed, for its audit entry
 	lastErr    map[int]string      // the error type that ended each failed step
+	revErr     map[int]string      // the error type that ended each step's latest reversal
+	revRound   map[int]int         // the reversal round of each step (1: {key}:compensate)
 	// upsertOnChange skips an upsert of search attributes that would not
 	// change them (as pinned: see pinned.UpsertOnChange).
 	upsertOnChange bool
@@ -341,6 +343,7 @@ func newRunState(s *Saga, specs tool.Specs, p plan.Plan) *run {
 	return &run{
 		saga: s, specs: specs, plan: p,
 		closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{}, lastErr: map[int]string{},
+		revErr: map[int]string{}, revRound: map[int]int{},
 	}
 }
 
@@ -762,11 +765,7 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	}
 	c := st.Compensation
 	st.State, c.State, c.LastError = ledger.Compensating, ledger.InProgress, ""
-	args, _ := json.Marshal(tool.Reversal{
-		OriginalKey: st.Key, OriginalTool: st.Tool, OriginalExternalID: st.ExternalID, OriginalArgs: r.plan.Steps[n-1].Args,
-	})
-	fp, _ := plan.Fingerprint(c.Tool, args)
-	req := activities.Request{Key: c.Key, Tool: c.Tool, Args: args, Fingerprint: fp, RequestID: r.plan.RequestID, Pinned: activities.PinnedOf(cspec)}
+	req := r.reversalRequest(n)
 	out, err := r.execute(dctx, cspec, req, &c.Attempts)
 	if err != nil && activities.IsUnknown(err) {
 		c.State, c.LastError = ledger.Unknown, errText(err)
@@ -780,6 +779,7 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	}
 	if err != nil {
 		st.State, c.State, c.LastError = ledger.CompensationFailed, ledger.FailedFinal, errText(err)
+		r.revErr[n] = activities.ErrorType(err)
 		r.count(dctx, MetricCompensations, map[string]string{"result": "failed"})
 		return false
 	}
@@ -789,13 +789,31 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	return true
 }
 
+// reversalRequest is the request of step n's reversal under its current key.
+func (r *run) reversalRequest(n int) activities.Request {
+	st := r.step(n)
+	c := st.Compensation
+	args, _ := json.Marshal(tool.Reversal{
+		OriginalKey: st.Key, OriginalTool: st.Tool, OriginalExternalID: st.ExternalID, OriginalArgs: r.plan.Steps[n-1].Args,
+	})
+	fp, _ := plan.Fingerprint(c.Tool, args)
+	return activities.Request{Key: c.Key, Tool: c.Tool, Args: args, Fingerprint: fp, RequestID: r.plan.RequestID, Pinned: activities.PinnedOf(r.specs[c.Tool])}
+}
+
 // escalateCompensation hands a failed reversal to a human: succeeded means it
-// was reversed by hand, retry runs the reversal again (same key), failed
-// accepts that it stays unreversed.
+// was reversed by hand, retry runs the reversal again, failed accepts that it
+// stays unreversed. A retry of a reversal the provider rejected for good is a
+// new request (see retryRejectedReversal); any other retry sends the same key
+// again, after reconciling it when the reversal can look itself up.
 func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 	st := r.step(n)
 	for st.State == ledger.CompensationFailed {
 		rule := fmt.Sprintf("the reversal %s of %s failed: %s", st.Compensation.Key, st.Key, st.Compensation.LastError)
+		rejected := r.revErr[n] == activities.ErrRejected
+		if rejected {
+			rule = fmt.Sprintf("the provider rejected the reversal %s of %s: %s. A retry first asks the provider about %s, then sends a new reversal request under key %s (the provider would answer the same key with the same rejection)",
+				st.Compensation.Key, st.Key, st.Compensation.LastError, st.Compensation.Key, tool.ReversalRetryKey(st.Key, r.round(n)+1))
+		}
 		d := r.askResolve(dctx, n, QuestionReversal, rule, []string{string(OutcomeSucceeded), string(OutcomeRetry), string(OutcomeFailed)})
 		switch d.Outcome {
 		case OutcomeSucceeded:
@@ -804,9 +822,14 @@ func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 			r.settleReversalRow(dctx, st.Compensation.Key, d)
 			return
 		case OutcomeRetry:
+			if rejected && workflow.GetVersion(dctx, versionReversalRetryNewKey, workflow.DefaultVersion, 1) == 1 {
+				r.retryRejectedReversal(dctx, n)
+				continue
+			}
 			// The reversal's row is final in the ledger: the person's
-			// decision reopens it, so the retry reaches the provider.
-			r.record(dctx, st.Compensation.Key, ledger.Pending, d)
+			// decision reopens it, so the retry reaches the provider
+			// (after a reconcile by key, for a reversal with lookup).
+			r.record(dctx, st.Compensation.Key, retryStatus(r.specs[st.Compensation.Tool]), d)
 			r.compensateStep(dctx, n)
 		default:
 			r.record(dctx, st.Key, ledger.CompensationFailed, d)
@@ -814,6 +837,38 @@ func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 			return
 		}
 	}
+}
+
+// versionReversalRetryNewKey: a person's retry of a reversal the provider
+// rejected for good reconciles the earlier reversal and then sends a new
+// request under a new derived key (tool.ReversalRetryKey). Plans recorded
+// before re-sent the same key, which a provider that stores answers by key
+// rejects again forever.
+const versionReversalRetryNewKey = "reversal-retry-new-key"
+
+// round is the reversal round of step n: 1 for {key}:compensate, then 2, 3...
+func (r *run) round(n int) int { return max(r.revRound[n], 1) }
+
+// retryRejectedReversal runs a person's retry of step n's reversal after the
+// provider rejected it for good. It asks the provider about the rejected
+// reversal first: if it holds it after all (a provider that committed and
+// answered no), the step is compensated and nothing is sent. Otherwise a new
+// reversal request goes out under the next derived key,
+// {key}:compensate:{round}: a provider that stores answers by key would
+// replay the stored rejection for the old key forever.
+func (r *run) retryRejectedReversal(dctx workflow.Context, n int) {
+	st := r.step(n)
+	c := st.Compensation
+	old := r.reversalRequest(n)
+	if look, err := r.reconcile(dctx, old, 0); err == nil && look.Status == tool.Found {
+		r.transition(dctx, c.Key, ledger.Succeeded, look.Result.ExternalID)
+		st.State, c.State, c.ExternalID, c.LastError = ledger.Compensated, ledger.Succeeded, look.Result.ExternalID, ""
+		r.transition(dctx, st.Key, ledger.Compensated, "")
+		return
+	}
+	r.revRound[n] = r.round(n) + 1
+	c.Key = tool.ReversalRetryKey(st.Key, r.revRound[n])
+	r.compensateStep(dctx, n)
 }
 
 // errText is the text of an activity's failure for the status: masked by
