@@ -139,6 +139,9 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	case ledger.InFlight:
 		return Output{}, retryable(info.Attempt, string(tool.KindInFlight), "key %s is being executed by %s until %s; retry later", req.Key, op.LeaseOwner, op.LeaseUntil.Format(time.RFC3339))
 	case ledger.Final:
+		if op.Status == ledger.Compensated {
+			return Output{}, final(info.Attempt, ErrCompensated, "key %s succeeded (external id %q) and was compensated already, by an earlier run of this plan; neither the tool nor its reversal was called", req.Key, op.ExternalID)
+		}
 		return Output{}, final(info.Attempt, ErrAlreadyFinal, "key %s is %s in the ledger; the tool was not called", req.Key, op.Status)
 	case ledger.GuardRefused:
 		return Output{}, final(info.Attempt, ErrGuardRefused, "key %s refused by guard: %s", req.Key, claim.Reason)

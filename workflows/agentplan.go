@@ -191,6 +191,12 @@ func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
 		}
 		n := r.firstCause(failed)
 		r.st.Error = fmt.Sprintf("step %d (%s) failed: %s", n, r.step(n).Tool, r.step(n).LastError)
+		if r.step(n).State == ledger.Compensated {
+			r.st.Error = fmt.Sprintf("step %d (%s) was compensated by an earlier run of this plan (a reset replays it): the plan does not go forward", n, r.step(n).Tool)
+			for m := g[len(g)-1] + 1; m <= len(p.Steps); m++ {
+				r.step(m).LastError = fmt.Sprintf("not run: step %d was compensated by an earlier run of this plan", n)
+			}
+		}
 		for _, f := range failed {
 			r.reconcileFailed(dctx, f)
 		}
@@ -332,6 +338,9 @@ type run struct {
 	lastErr    map[int]string      // the error type that ended each failed step
 	revErr     map[int]string      // the error type that ended each step's latest reversal
 	revRound   map[int]int         // the reversal round of each step (1: {key}:compensate)
+	// earlier is set when a step was found compensated by an earlier run
+	// of the plan (compensatedBefore): the plan ends compensated.
+	earlier bool
 	// upsertOnChange skips an upsert of search attributes that would not
 	// change them (as pinned: see pinned.UpsertOnChange).
 	upsertOnChange bool
@@ -462,6 +471,9 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 		st.LastError, st.ErrorCode = errText(err), redact.String(activities.DetailOf(err).Code)
 		r.lastErr[n] = activities.ErrorType(err)
 		switch {
+		case activities.ErrorType(err) == activities.ErrCompensated:
+			r.compensatedBefore(n)
+			return false
 		case activities.ErrorType(err) == activities.ErrHeld:
 			rep := r.checkGuard(dctx, req)
 			if rep.Clash == "" {
@@ -506,6 +518,22 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 		}
 		return r.gaveUp(dctx, n, false)
 	}
+}
+
+// compensatedBefore marks step n as the ledger knows it: succeeded and
+// compensated already, by an earlier run of this plan (a reset replays the
+// plan from its start). Neither the tool nor its reversal is called; the plan
+// does not go forward (the step's effect is reversed) and ends compensated
+// once what this run did is unwound.
+func (r *run) compensatedBefore(n int) {
+	st := r.step(n)
+	spec := r.specs[st.Tool]
+	st.State, st.Waiting = ledger.Compensated, ""
+	st.LastError = "compensated by an earlier run of this plan (found in the ledger): neither the tool nor its reversal was called"
+	if spec.Compensable() && st.Compensation == nil {
+		st.Compensation = &Compensation{Key: tool.CompensationKey(st.Key), Tool: spec.Compensator, State: ledger.Succeeded}
+	}
+	r.earlier = true
 }
 
 // gaveUp ends step n as failed without an effect and releases its ledger
@@ -722,6 +750,10 @@ func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 // final state.
 func (r *run) compensate(dctx workflow.Context) {
 	if len(r.stack) == 0 {
+		if r.earlier {
+			r.setState(dctx, SagaCompensated)
+			return
+		}
 		r.setState(dctx, SagaFailed)
 		return
 	}
