@@ -2,12 +2,16 @@ package workflows_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/sandbox"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -84,4 +88,43 @@ func TestPersonsRetryOfAnAbsentEffectSendsAgain(t *testing.T) {
 	require.Equal(t, []string{"rt3:1:1:refund", "rt3:1:1:refund"}, h.p.callsOf("refund"), "sent again with the same key")
 	require.Equal(t, 1, h.p.count("refund"))
 	require.Contains(t, h.p.looks, "rt3:1:1:refund")
+}
+
+// The same on the sandbox card acquirer, effects counted in its own store:
+// the refund commits, its answer is lost, the lookup is down for the whole
+// window; the person's retry comes when the lookup is back, and the refund
+// is found, not made again.
+func TestPersonsRetryReconcilesFirstAtTheAcquirer(t *testing.T) {
+	ctx := context.Background()
+	sb, err := sandbox.Start(ctx, sandbox.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sb.Close() })
+	reg, err := demotools.Registry(demotools.SandboxConfig(sb.BaseURL()))
+	require.NoError(t, err)
+	h := newHarness(t)
+	h.reg = reg
+	c := sb.Client()
+	require.NoError(t, c.Fault(ctx, sandbox.FaultSpec{Op: "refunds.create", Fault: sandbox.CommitThenDrop, Count: 1}))
+	require.NoError(t, c.Fault(ctx, sandbox.FaultSpec{Op: "refunds.lookup", Fault: sandbox.LookupUnavailable, Count: 1000}))
+	env := h.env()
+	env.RegisterDelayedCallback(func() {
+		require.NoError(t, c.ClearFaults(ctx))
+		q := openQuestion(t, status(t, env))
+		update(env, workflows.UpdateResolve, "r", workflows.ResolveSignal{Step: 1, QuestionID: q.ID, Outcome: workflows.OutcomeRetry, By: "ops"})
+	}, time.Hour)
+	p := newPlan("rt4", plan.Step{Tool: demotools.ApplyRefund, Args: json.RawMessage(`{"order_id":"ord_1001","amount_minor":2500,"currency":"EUR","reason":"damaged"}`)})
+	st := run(t, env, p)
+	require.Equal(t, workflows.SagaSucceeded, st.State, "error: %s", st.Error)
+	effects, err := c.Effects(ctx, sandbox.Payments)
+	require.NoError(t, err)
+	n := 0
+	for _, e := range effects {
+		if e.Key == p.Key(1) {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "one refund at the acquirer")
+	calls, err := c.Calls(ctx, "refunds.create")
+	require.NoError(t, err)
+	require.Equal(t, 1, calls["refunds.create"], "the retry sent nothing")
 }
