@@ -147,6 +147,8 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 		return Output{}, final(info.Attempt, ErrGuardRefused, "key %s refused by guard: %s", req.Key, claim.Reason)
 	case ledger.Held:
 		return Output{}, final(info.Attempt, ErrHeld, "key %s held for approval: %s", req.Key, claim.Reason)
+	case ledger.ClashUnseen:
+		return Output{}, final(info.Attempt, ErrClashUnseen, "key %s: the approval does not cover the guard as it is now, the tool was not called: %s", req.Key, claim.Reason)
 	case ledger.NoPermit:
 		return Output{}, final(info.Attempt, ErrNoPermit, "key %s: the ledger refused permit %q (missing, for another key or request, or used already): %s; the tool was not called", req.Key, req.PermitID, claim.Reason)
 	case ledger.ReconcileFirst:
@@ -291,8 +293,12 @@ func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool
 // and error code (the parts a database may refuse, such as a NUL byte); if
 // that fails too, the activity fails at once as UNKNOWN naming the cause and
 // the external id: the workflow reconciles by key (after this attempt's lease
-// expires) and never calls again blindly.
+// expires) and never calls again blindly. The writes run on recordContext:
+// a worker stopping, or the activity's time running out, after the provider
+// answered does not lose the answer.
 func (a *Activities) complete(ctx context.Context, req Request, executor string, st ledger.Status, res tool.Result, code string, out Output) (Output, error) {
+	ctx, cancel := recordContext(ctx)
+	defer cancel()
 	result := redact.JSON(res.Data)
 	op, err := a.Ledger.Complete(ctx, ledger.Completion{
 		Key: req.Key, Executor: executor, Status: st,
@@ -341,6 +347,8 @@ func maskAll(texts []string) []string {
 }
 
 func (a *Activities) completeQuietly(ctx context.Context, req Request, executor string, st ledger.Status, code string) {
+	ctx, cancel := recordContext(ctx)
+	defer cancel()
 	code = redact.String(code)
 	if _, err := a.Ledger.Complete(ctx, ledger.Completion{Key: req.Key, Executor: executor, Status: st, ErrorCode: code}); err != nil {
 		// The lease expires and the next claimer reconciles first.
@@ -466,6 +474,10 @@ type GuardReport struct {
 	// Others are the other operations of the scope, any state, newest
 	// first, at most 10 (the request's own key excluded).
 	Others []ledger.Operation `json:"others,omitempty"`
+	// Holders are the keys of every operation that holds the scope (all
+	// of them are in Others); an override permit granted on this card names
+	// them (ledger.Permit.Holders).
+	Holders []string `json:"holders,omitempty"`
 }
 
 // maxOthers is how many other operations a GuardReport lists.
@@ -500,6 +512,7 @@ func (a *Activities) CheckGuard(ctx context.Context, req Request) (GuardReport, 
 			rep.Others = append(rep.Others, op)
 		}
 	}
+	rep.Holders, rep.Others = cardHolders(ops, req.Key, rep.Others)
 	return rep, nil
 }
 

@@ -136,7 +136,7 @@ func IsUnknown(err error) bool {
 		return true // a failure we cannot explain is never a proven failure
 	}
 	switch ae.Type() {
-	case ErrRejected, ErrConflict, ErrHeld, ErrGuardRefused, ErrAlreadyFinal, ErrCompensated, ErrNotRegistered, ErrNoPermit, ErrRecordRefused, string(tool.KindNotSent):
+	case ErrRejected, ErrConflict, ErrHeld, ErrGuardRefused, ErrAlreadyFinal, ErrCompensated, ErrNotRegistered, ErrNoPermit, ErrRecordRefused, ErrClashUnseen, string(tool.KindNotSent):
 		return false
 	}
 	return true

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"go.temporal.io/sdk/converter"
 )
@@ -31,6 +32,10 @@ const (
 	// call the codec endpoint (the UI sends cookies with includeCredentials;
 	// it sends no bearer token without UI login over HTTPS).
 	SessionCookie = "agentsaga_codec"
+	// SessionMaxAge is how long a browser keeps the /login cookie: beyond
+	// the browser session, so an operator logs in once per browser and
+	// month, not once per window. /logout forgets it sooner.
+	SessionMaxAge = 30 * 24 * time.Hour
 	// MaxBodyBytes bounds an /encode or /decode request.
 	MaxBodyBytes = 16 << 20
 	// minTokenLen is the shortest token NewServer accepts.
@@ -254,7 +259,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: s.session, Path: "/", HttpOnly: true,
-			SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			MaxAge: int(SessionMaxAge / time.Second), SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, `<!doctype html><html><head><meta charset="utf-8"><title>agentsaga codec</title></head><body><h1>Done</h1><p>The Temporal Web UI in this browser now decodes payloads. Reload its pages.</p><form method="post" action="/logout"><button type="submit">Forget it again</button></form></body></html>`)
 	default:

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
@@ -197,6 +198,10 @@ func TestServerLoginCookie(t *testing.T) {
 	c := resp.Cookies()[0]
 	if c.Value == testToken || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
 		t.Errorf("cookie %+v: want an HttpOnly SameSite=Strict cookie that is not the token", c)
+	}
+	// The login outlives the browser session (a persistent cookie).
+	if c.MaxAge != int(codec.SessionMaxAge/time.Second) {
+		t.Errorf("cookie Max-Age %d, want %d: the login must last beyond the browser session", c.MaxAge, int(codec.SessionMaxAge/time.Second))
 	}
 	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/decode", bytes.NewReader(encryptedBody(t, dc, "x")))
 	req.Header.Set("Content-Type", "application/json")

@@ -155,7 +155,7 @@ func result(id string, raw json.RawMessage) tool.Result {
 var (
 	fOrderID  = tool.Field{Name: "order_id", Type: tool.String, Required: true, Description: "the order, such as ord_1001"}
 	fAmount   = tool.Field{Name: "amount_minor", Type: tool.Money, Required: true, Description: "amount in minor units (12900 for 129.00)"}
-	fCurrency = tool.Field{Name: "currency", Type: tool.String, Required: true, Description: "ISO 4217 code, such as EUR"}
+	fCurrency = tool.Field{Name: "currency", Type: tool.Currency, Required: true, Description: "ISO 4217 code, such as EUR"}
 )
 
 // ---- query_order ----

@@ -22,6 +22,9 @@ import (
 	"go.temporal.io/server/common/primitives"
 	sqliteschema "go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
+
+	"github.com/agentsaga/agentsaga/internal/loopback"
+	"github.com/agentsaga/agentsaga/internal/privfile"
 )
 
 const (
@@ -77,7 +80,7 @@ func pickPorts(opts Options) (p ports, uiHold *net.TCPListener, err error) {
 		return p, nil, err
 	}
 	// The frontend's HTTP API (and with it Nexus) listens next to its gRPC port.
-	if err := probe(&p.frontendHTTP, opts.Host, 0, "frontend HTTP", ""); err != nil {
+	if err := probe(&p.frontendHTTP, opts.Host, opts.HTTPPort, "frontend HTTP", "HTTPPort"); err != nil {
 		return p, nil, err
 	}
 	for _, port := range []*int{&p.history, &p.matching, &p.worker} {
@@ -95,6 +98,24 @@ func pickPorts(opts Options) (p ports, uiHold *net.TCPListener, err error) {
 	return p, uiHold, nil
 }
 
+// PortTakenError is a port asked for in Options that another process holds.
+// Option names the field of Options that set it (Port, HTTPPort, UIPort), so
+// a command can name its own flag.
+type PortTakenError struct {
+	What   string // "frontend", "frontend HTTP", "Web UI"
+	Port   int
+	Host   string
+	Option string
+	Err    error
+}
+
+func (e *PortTakenError) Error() string {
+	return fmt.Sprintf("devserver: %s port %d on %s is not free (another Temporal dev server?); stop that process or set Options.%s to another port, 0 for any: %v",
+		e.What, e.Port, e.Host, e.Option, e.Err)
+}
+
+func (e *PortTakenError) Unwrap() error { return e.Err }
+
 // portProbe is a listener held on a port while the other ports are chosen.
 type portProbe struct {
 	l      *net.TCPListener
@@ -108,8 +129,7 @@ func newPortProbe(host string, want int, what, option string) (*portProbe, error
 	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(want)))
 	if err != nil {
 		if want != 0 {
-			return nil, fmt.Errorf("devserver: %s port %d on %s is not free (another Temporal dev server?); stop that process or set Options.%s to another port, 0 for any: %w",
-				what, want, host, option, err)
+			return nil, &PortTakenError{What: what, Port: want, Host: host, Option: option, Err: err}
 		}
 		return nil, fmt.Errorf("devserver: find a free %s port on %s: %w", what, host, err)
 	}
@@ -178,14 +198,21 @@ func prepareStore(opts Options) (*config.SQL, error) {
 		// The database is temporal.db plus temporal.db-wal and -shm: copy
 		// the three together, or stop the server first (it checkpoints).
 		sqlCfg.ConnectAttributes = map[string]string{"mode": "rwc", "journal_mode": "wal", "synchronous": "full"}
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		_, statErr := os.Stat(path)
+		if statErr != nil && !errors.Is(statErr, fs.ErrNotExist) {
+			return nil, fmt.Errorf("devserver: check the database file: %w", statErr)
+		}
+		// Histories are customer data: the file (and with it its -wal and
+		// -shm) is owner-only, whatever the directory or the umask.
+		if err := privfile.Ensure(path); err != nil {
+			return nil, fmt.Errorf("devserver: %w", err)
+		}
+		if errors.Is(statErr, fs.ErrNotExist) {
 			if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
 				// Leave no half-made file behind: the next start would take it for a database.
 				_ = os.Remove(path)
 				return nil, fmt.Errorf("devserver: create the Temporal schema in %s: %w", path, err)
 			}
-		} else if err != nil {
-			return nil, fmt.Errorf("devserver: check the database file: %w", err)
 		}
 	}
 
@@ -365,6 +392,18 @@ var (
 	forceOn  = []dynamicconfig.ConstrainedValue{{Value: true}}
 	forceOff = []dynamicconfig.ConstrainedValue{{Value: false}}
 )
+
+// allowLoopbackHostsOnly makes the frontend's HTTP API refuse a request
+// whose Host is not a loopback name when the server listens on a loopback
+// host (DNS rebinding: a web page whose name was rebound to 127.0.0.1 must
+// not drive the API), unless the overrides set frontend.httpAllowedHosts.
+func (c *devConfig) allowLoopbackHostsOnly(host string) {
+	key := dynamicconfig.FrontendHTTPAllowedHosts.Key()
+	if _, set := c.static[key]; set || !loopback.Host(host) {
+		return
+	}
+	c.static[key] = []string{"localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", "[::1]", "[::1]:*"}
+}
 
 func newDevConfig(overrides map[string]any) *devConfig {
 	c := &devConfig{static: dynamicConfig(overrides)}

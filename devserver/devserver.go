@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
@@ -58,6 +59,8 @@ type Options struct {
 	// Port is the frontend gRPC port. 0 picks a free port. The worker's --dev
 	// mode uses 7233, the port Temporal tools expect.
 	Port int
+	// HTTPPort is the frontend's HTTP API port. 0 picks a free port.
+	HTTPPort int
 	// UIPort is the Web UI's HTTP port. 0 picks a free port; NoUI (-1) starts
 	// no UI. The worker's --dev mode uses 8233.
 	UIPort int
@@ -101,8 +104,10 @@ type Server struct {
 	release   func() // frees the data directory for another Start
 	logger    serverLogger
 	ui        *uiserver.Server
-	uiDone    chan error // receives the UI server's exit; nil without UI
+	uiDone    chan error   // receives the UI server's exit; nil without UI
+	uiProxy   *http.Server // the Host-checking front of the UI, on its port
 	frontend  string
+	httpAPI   string
 	namespace string
 	uiURL     string
 	config    *devConfig
@@ -141,6 +146,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		uiHold *net.TCPListener
 		dc     = newDevConfig(opts.DynamicConfig)
 	)
+	dc.allowLoopbackHostsOnly(opts.Host)
 	for attempt := 1; ; attempt++ {
 		srv, ports, uiHold, err = startTemporal(opts, sqlCfg, logger, dc)
 		if err == nil {
@@ -160,6 +166,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		release:   release,
 		logger:    logger,
 		frontend:  net.JoinHostPort(dialHost(opts.Host), strconv.Itoa(ports.frontend)),
+		httpAPI:   net.JoinHostPort(dialHost(opts.Host), strconv.Itoa(ports.frontendHTTP)),
 		namespace: opts.Namespace,
 		config:    dc,
 	}
@@ -183,6 +190,10 @@ func (s *Server) FrontendAddr() string { return s.frontend }
 // Namespace returns the namespace created at start.
 func (s *Server) Namespace() string { return s.namespace }
 
+// FrontendHTTPAddr returns the host:port of the frontend's HTTP API (the
+// same API as gRPC, as JSON over HTTP).
+func (s *Server) FrontendHTTPAddr() string { return s.httpAPI }
+
 // UIURL returns the Web UI's base URL, such as http://127.0.0.1:8233, or ""
 // when the server runs without UI.
 func (s *Server) UIURL() string { return s.uiURL }
@@ -193,6 +204,9 @@ func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
 		s.logger.stopping.Store(true)
 		var errs []error
+		if s.uiProxy != nil {
+			_ = s.uiProxy.Close()
+		}
 		if s.ui != nil {
 			s.ui.Stop()
 			if err := <-s.uiDone; err != nil {
@@ -346,6 +360,9 @@ func (o *Options) applyDefaults() error {
 	}
 	if o.Port < 0 || o.Port > 65535 {
 		return fmt.Errorf("devserver: frontend port %d is out of range; use 0 for a free port or 1-65535", o.Port)
+	}
+	if o.HTTPPort < 0 || o.HTTPPort > 65535 {
+		return fmt.Errorf("devserver: frontend HTTP port %d is out of range; use 0 for a free port or 1-65535", o.HTTPPort)
 	}
 	if o.UIPort < NoUI || o.UIPort > 65535 {
 		return fmt.Errorf("devserver: UI port %d is out of range; use 0 for a free port, -1 for no UI or 1-65535", o.UIPort)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -154,6 +155,18 @@ func TestStartInMemory(t *testing.T) {
 		t.Fatalf("GET %s/ = %s, want 200", withUI.UIURL(), resp.Status)
 	}
 
+	// DNS rebinding: a request on loopback naming a foreign Host is
+	// refused by the UI and by the frontend's HTTP API, before any
+	// handler; the same request naming the server's own address works.
+	for _, u := range []string{withUI.UIURL() + "/api/v1/settings", "http://" + withUI.FrontendHTTPAddr() + "/api/v1/namespaces"} {
+		if got := statusWithHost(t, u, "rebound.evil.example"); got != http.StatusForbidden {
+			t.Errorf("GET %s with a foreign Host = %d, want 403", u, got)
+		}
+		if got := statusWithHost(t, u, ""); got != http.StatusOK {
+			t.Errorf("GET %s with its own Host = %d, want 200", u, got)
+		}
+	}
+
 	// The UI hands the browser the codec endpoint it was given.
 	resp, err = http.Get(withUI.UIURL() + "/api/v1/settings")
 	if err != nil {
@@ -283,4 +296,24 @@ func TestHelperFirstRun(t *testing.T) {
 		t.Fatalf("ExecuteWorkflow: %v", err)
 	}
 	fmt.Printf("RUN_ID=%s\n", run.GetRunID())
+}
+
+// statusWithHost GETs u with Host header host ("" for u's own) and returns
+// the status code.
+func statusWithHost(t *testing.T, u, host string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }

@@ -5,28 +5,42 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	uiserver "github.com/temporalio/ui-server/v2/server"
 	uiconfig "github.com/temporalio/ui-server/v2/server/config"
 	uiserveroptions "github.com/temporalio/ui-server/v2/server/server_options"
+
+	"github.com/agentsaga/agentsaga/internal/loopback"
 )
 
-// startUI starts the Web UI on host and hold's port against this server's
-// frontend and waits until it serves its start page.
+// startUI starts the Web UI for this server's frontend and waits until it
+// serves its start page at hold's address.
 //
-// The UI server exits the process when it cannot listen and offers no way to
-// hand it a listener, so pickPorts held the port until now and it is released
-// only as the UI starts; what remains is a process binding that very port in
-// the moment between.
+// The UI server itself listens on a free loopback port of its own; what
+// listens on hold (the port users open) is a reverse proxy that refuses a
+// request whose Host is not a loopback name when it arrived on loopback
+// (DNS rebinding: a web page whose name was rebound to 127.0.0.1 must not get
+// a CSRF cookie and drive the UI's write actions). The UI server exits the
+// process when it cannot listen and offers no way to hand it a listener: its
+// own port is drawn by the kernel just before it starts.
 func (s *Server) startUI(ctx context.Context, host string, hold *net.TCPListener, codec UICodec) error {
 	port := hold.Addr().(*net.TCPAddr).Port
+	inner, err := freeLoopbackPort()
+	if err != nil {
+		_ = hold.Close()
+		return fmt.Errorf("devserver: a port for the Web UI server behind port %d: %w", port, err)
+	}
 	ui := uiserver.NewServer(uiserveroptions.WithConfigProvider(&uiconfig.Config{
-		Host:                host,
-		Port:                port,
+		Host:                internalHost,
+		Port:                inner,
 		TemporalGRPCAddress: s.frontend,
 		EnableUI:            true,
 		DefaultNamespace:    s.namespace,
@@ -40,12 +54,15 @@ func (s *Server) startUI(ctx context.Context, host string, hold *net.TCPListener
 			DefaultErrorMessage: codecErrorMessage(codec),
 		},
 	}))
-	if err := hold.Close(); err != nil {
-		return fmt.Errorf("devserver: release the Web UI port %d for the UI: %w", port, err)
-	}
 	done := make(chan error, 1)
 	go func() { done <- ui.Start() }()
 	s.ui, s.uiDone = ui, done
+	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(internalHost, strconv.Itoa(inner))}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1 // stream as the UI writes
+	proxy.ErrorLog = stdlog.New(io.Discard, "", 0)
+	s.uiProxy = &http.Server{Handler: loopback.Guard(proxy), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.uiProxy.Serve(hold) }()
 	s.uiURL = "http://" + net.JoinHostPort(dialHost(host), strconv.Itoa(port))
 
 	hc := &http.Client{}
@@ -83,4 +100,15 @@ func codecErrorMessage(c UICodec) string {
 		return ""
 	}
 	return "Payloads are encrypted. To read them, open " + strings.TrimRight(c.Endpoint, "/") + "/login in this browser and enter the codec token (worker --dev keeps it in <data-dir>/codec.token)."
+}
+
+// freeLoopbackPort returns a port that was free on the loopback address a
+// moment ago.
+func freeLoopbackPort() (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(internalHost, "0"))
+	if err != nil {
+		return 0, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
 }

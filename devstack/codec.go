@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/codec"
+	"github.com/agentsaga/agentsaga/internal/loopback"
 	"github.com/agentsaga/agentsaga/sandbox"
 )
 
@@ -92,7 +93,7 @@ func (st *Stack) startCodec(addr string, log *slog.Logger) (*codec.Server, error
 		return nil, fmt.Errorf("codec server: listen on %s: %w (choose another Options.CodecAddr, or leave it empty for a free port)", addr, err)
 	}
 	st.CodecURL = "http://" + ln.Addr().String()
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	hs := &http.Server{Handler: loopback.Guard(srv), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	st.codecSrv = hs
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -53,6 +54,8 @@ type Options struct {
 	// Port is Temporal's frontend port (0 picks a free one); UIPort the Web
 	// UI's (0 free, -1 none).
 	Port, UIPort int
+	// HTTPPort is the frontend's HTTP API port (0 picks a free one).
+	HTTPPort int
 	// Ledger is the ledger DSN; empty means SQLite under the data directory.
 	Ledger string
 	// SandboxURL uses a sandbox that already runs instead of starting one.
@@ -78,6 +81,9 @@ type Options struct {
 	// CodecAddr is where the codec server listens; empty picks a free port
 	// on 127.0.0.1.
 	CodecAddr string
+	// AllowPlaintext makes the stack's worker accept payloads that clients
+	// sent unencrypted (by default a stack with keys refuses them).
+	AllowPlaintext bool
 	// MetricsAddr, when set, serves the worker's Prometheus metrics at
 	// http://MetricsAddr/metrics (port 0 picks a free one; see
 	// Stack.MetricsURL). Empty serves none.
@@ -161,11 +167,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	codecSrv, err := st.startCodec(o.CodecAddr, log)
 	if err != nil {
-		return nil, err
+		return nil, addrError("CodecAddr", o.CodecAddr, err)
 	}
 
 	st.Server, err = devserver.Start(ctx, devserver.Options{
-		DataDir: temporalDir, Port: o.Port, UIPort: o.UIPort,
+		DataDir: temporalDir, Port: o.Port, UIPort: o.UIPort, HTTPPort: o.HTTPPort,
 		SearchAttributes: sagaworker.SearchAttributes, Logger: log,
 		UICodec: devserver.UICodec{Endpoint: st.CodecURL, IncludeCredentials: true},
 	})
@@ -183,7 +189,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			sbDir = filepath.Join(dir, "sandbox")
 		}
 		if st.Sandbox, err = sandbox.Start(ctx, sandbox.Options{Addr: o.SandboxAddr, Dir: sbDir, Logger: log, Token: st.SandboxToken}); err != nil {
-			return nil, fmt.Errorf("start sandbox providers: %w", err)
+			return nil, addrError("SandboxAddr", o.SandboxAddr, fmt.Errorf("start sandbox providers: %w", err))
 		}
 		st.SandboxURL = st.Sandbox.BaseURL()
 	} else {
@@ -217,12 +223,12 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		wopts.Interceptors = st.Telemetry.WorkerInterceptors()
 		if o.MetricsAddr != "" {
 			if st.metrics, err = st.Telemetry.Serve(o.MetricsAddr); err != nil {
-				return nil, err
+				return nil, addrError("MetricsAddr", o.MetricsAddr, err)
 			}
 			st.MetricsURL = st.metrics.URL()
 		}
 	}
-	codec.ClientOptions(&copts, st.Keyring)
+	codec.WorkerClientOptions(&copts, st.Keyring, o.AllowPlaintext)
 	st.DataConverter = copts.DataConverter
 	st.Client, err = client.Dial(copts)
 	if err != nil {
@@ -289,4 +295,29 @@ func (s *Stack) Close() error {
 		errs = append(errs, os.RemoveAll(s.tmp))
 	}
 	return errors.Join(errs...)
+}
+
+// AddrError is an address asked for in Options that could not be listened
+// on (another process holds it). Option names the field of Options, so a
+// command can name its own flag.
+type AddrError struct {
+	Option string // CodecAddr, SandboxAddr, MetricsAddr
+	Addr   string
+	Err    error
+}
+
+func (e *AddrError) Error() string {
+	return fmt.Sprintf("devstack: cannot listen on %s (Options.%s): %v", e.Addr, e.Option, e.Err)
+}
+
+func (e *AddrError) Unwrap() error { return e.Err }
+
+// addrError marks err as an AddrError of option when it is a failure to
+// listen on an address that was asked for.
+func addrError(option, addr string, err error) error {
+	var op *net.OpError
+	if addr == "" || !errors.As(err, &op) || op.Op != "listen" {
+		return err
+	}
+	return &AddrError{Option: option, Addr: addr, Err: err}
 }

@@ -100,8 +100,11 @@ func TestCodecOnByDefault(t *testing.T) {
 		t.Errorf("the stack's data converter does not encrypt: %v", p.Metadata)
 	}
 	body, _ := json.Marshal(commonpb.Payloads{Payloads: []*commonpb.Payload{p}})
-	decode := func(token string) (int, string) {
+	decodeAs := func(host, token string) (int, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, st.CodecURL+"/decode", bytes.NewReader(body))
+		if host != "" {
+			req.Host = host
+		}
 		req.Header.Set("Content-Type", "application/json")
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
@@ -113,6 +116,11 @@ func TestCodecOnByDefault(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
+	}
+	decode := func(token string) (int, string) { return decodeAs("", token) }
+	// DNS rebinding: the token does not help a request naming a foreign Host.
+	if code, out := decodeAs("rebound.evil.example", st.CodecToken); code != http.StatusForbidden {
+		t.Errorf("decode with a foreign Host: %d %s, want 403", code, out)
 	}
 	if code, out := decode(""); code != http.StatusUnauthorized {
 		t.Errorf("decode without token: %d %s", code, out)

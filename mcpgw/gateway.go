@@ -25,21 +25,31 @@
 //
 // The gateway remembers, per session, the last call of each write
 // (IDEMPOTENT_WRITE, CONDITIONAL_WRITE, NON_IDEMPOTENT_WRITE) with given
-// arguments (tool plus canonical args, plan.Fingerprint), with its turn and
-// time. A write call WITHOUT MetaTurn or MetaKey that is identical to a
-// remembered call made less than Options.DuplicateWindow (default 10
-// minutes) before it is treated so:
+// arguments (tool plus canonical args, plan.Fingerprint), with its turn.
+// That record is kept until the client has been given the call's final
+// result (succeeded or failed), however long that takes (a person may
+// decide hours later), and for Options.DuplicateWindow (default 10
+// minutes) after that delivery. A write call WITHOUT MetaTurn or MetaKey
+// that is identical to a remembered call is treated so:
 //
 //   - if the client was not yet given that call's final result (it waited
 //     for a person, or its answer was lost), the call is a repeat of it: the
 //     earlier turn is sent again under its own key and its current result
 //     returned (still waiting, or final). Nothing new runs.
+//   - if an identical call of the session is in progress in the gateway
+//     right now (two calls sent at the same moment), the call attaches to
+//     it and is given its result: one call, one turn.
 //   - if the earlier call succeeded and the client was given that result,
 //     the call is HELD FOR A PERSON as a suspected duplicate: it becomes a
 //     new turn whose step asks a person first (an approval question whose
 //     card names the earlier call); nothing runs unless the person
 //     approves; the result says so, with the card, and carries Held (the
-//     earlier call's turn and key). Repeating the call reads that turn.
+//     earlier call's turn and key). Repeating the call reads that held
+//     turn, also once a person has decided: a rejected duplicate repeated
+//     later is answered with the rejection and never runs. The held turn's
+//     record is kept as the earlier call's is (until its final result was
+//     given, and the window after). An approved and succeeded duplicate
+//     becomes the call later ones are compared with.
 //   - if the earlier call failed (it has no effect), the call runs as a new
 //     turn.
 //
@@ -66,7 +76,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -141,15 +153,21 @@ type sessionState struct {
 	loaded bool          // next was read from the session
 	next   int           // next turn the gateway numbers
 	writes map[string]*record
-	used   time.Time
+	// flights are the unkeyed write calls in progress, by fingerprint: an
+	// identical call arriving meanwhile attaches to one (g.mu guards it).
+	flights map[string]*flight
+	used    time.Time
 }
 
 // record is the last write call with given arguments in a session.
 type record struct {
 	turn  int
 	step  plan.Step
-	at    time.Time
-	given string // state of the last result given to the client ("" if none)
+	at    time.Time // when the call was first made
+	given string    // state of the last result given to the client ("" if none)
+	// delivered is when the client was first given the final result (zero
+	// until then): the duplicate window counts from it.
+	delivered time.Time
 	// held is the turn that put a suspected duplicate of this call in
 	// front of a person, if any.
 	held *record
@@ -158,6 +176,44 @@ type record struct {
 // final reports whether the client was given the call's final result.
 func (r *record) final() bool {
 	return r.given == workflows.TurnSucceeded || r.given == workflows.TurnFailed
+}
+
+// give notes the state of a result given to the client at now.
+func (r *record) give(state string, now time.Time) {
+	r.given = state
+	if r.final() && r.delivered.IsZero() {
+		r.delivered = now
+	}
+}
+
+// settled reports whether the client was given the final result of the
+// call and of its held duplicate, if any.
+func (r *record) settled() bool {
+	for x := r; x != nil; x = x.held {
+		if !x.final() {
+			return false
+		}
+	}
+	return true
+}
+
+// expired reports whether the record may be forgotten: every final result
+// of it (and of its held duplicate) was given at least window before now.
+func (r *record) expired(now time.Time, window time.Duration) bool {
+	for x := r; x != nil; x = x.held {
+		if !x.final() || now.Sub(x.delivered) < window {
+			return false
+		}
+	}
+	return true
+}
+
+// flight is an unkeyed write call in progress; identical calls that arrive
+// meanwhile wait for done and are given res (nil: the call sent nothing,
+// so the next one leads).
+type flight struct {
+	done chan struct{}
+	res  *mcp.CallToolResult
 }
 
 // New returns an MCP server that serves every registered, non-reversal tool
@@ -194,8 +250,9 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "agentsaga", Title: "agentsaga MCP gateway", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: "Every tool call runs once per intent: a call resent with the same _meta \"agentsaga/key\" (a string you keep " +
-			"for the call) is answered from its first run. Without a key, an identical write repeated within " + o.DuplicateWindow.String() +
-			" after it succeeded is held as a suspected duplicate. A call that waits for a person says so; call it again the same way later for its result.",
+			"for the call) is answered from its first run. Without a key, an identical write repeated before you were given its final result " +
+			"is answered from the first call, and one repeated within " + o.DuplicateWindow.String() +
+			" after you were given its success is held as a suspected duplicate. A call that waits for a person says so; call it again the same way later for its result.",
 	})
 	for _, name := range tools.Names() {
 		spec := g.specs[name]
@@ -246,19 +303,20 @@ func (g *gateway) sessionOf(ss *mcp.ServerSession, explicit string) string {
 }
 
 // state returns the state of session, made on first use, and forgets
-// sessions idle for longer than the window whose calls were all answered.
+// sessions idle for longer than the window whose calls' final results were
+// all given longer than the window ago.
 func (g *gateway) state(session string) *sessionState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.o.Now()
 	for id, st := range g.states {
-		if id != session && now.Sub(st.used) > g.o.DuplicateWindow && st.idle() {
+		if id != session && now.Sub(st.used) > g.o.DuplicateWindow && st.idle(now, g.o.DuplicateWindow) {
 			delete(g.states, id)
 		}
 	}
 	st, ok := g.states[session]
 	if !ok {
-		st = &sessionState{lock: make(chan struct{}, 1), writes: map[string]*record{}}
+		st = &sessionState{lock: make(chan struct{}, 1), writes: map[string]*record{}, flights: map[string]*flight{}}
 		g.states[session] = st
 	}
 	st.used = now
@@ -266,8 +324,12 @@ func (g *gateway) state(session string) *sessionState {
 }
 
 // idle reports whether no call holds the session and every remembered
-// call's final result was given. Called with g.mu held.
-func (st *sessionState) idle() bool {
+// call's final result was given at least window before now. Called with
+// g.mu held.
+func (st *sessionState) idle(now time.Time, window time.Duration) bool {
+	if len(st.flights) > 0 {
+		return false
+	}
 	select {
 	case st.lock <- struct{}{}:
 		<-st.lock
@@ -275,7 +337,7 @@ func (st *sessionState) idle() bool {
 		return false
 	}
 	for _, r := range st.writes {
-		if !r.final() {
+		if !r.expired(now, window) {
 			return false
 		}
 	}
@@ -327,21 +389,76 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 	}
 
 	st := g.state(out.Session)
+	if !spec.Class.IsWrite() || meta.turn != 0 {
+		if res := g.run(ctx, st, spec, meta, id, out, step); res != nil {
+			return res
+		}
+		return refusal(out, "the call was cancelled while an earlier call of the session ran: nothing was sent")
+	}
+	// An unkeyed write: an identical call in progress is this call.
+	for {
+		g.mu.Lock()
+		f := st.flights[id]
+		if f == nil {
+			f = &flight{done: make(chan struct{})}
+			st.flights[id] = f
+			g.mu.Unlock()
+			res := g.run(ctx, st, spec, meta, id, out, step)
+			g.mu.Lock()
+			f.res = clone(res) // the SDK writes to the result it is given: each call gets its own
+			delete(st.flights, id)
+			g.mu.Unlock()
+			close(f.done)
+			if res == nil {
+				return refusal(out, "the call was cancelled while an earlier call of the session ran: nothing was sent")
+			}
+			return res
+		}
+		g.mu.Unlock()
+		g.log.Info("mcp: an identical call of the session is in progress: this call attaches to it", "tool", out.Tool, "session", out.Session)
+		select {
+		case <-f.done:
+			if f.res != nil {
+				return clone(f.res)
+			}
+			// The call in progress was cancelled before it sent
+			// anything: this one leads now.
+		case <-ctx.Done():
+			return refusal(out, "the call was cancelled while an identical call of the session ran: nothing was sent by this call; call again the same way to read that call's result")
+		}
+	}
+}
+
+// clone copies a result so that two calls never share one (nil stays nil).
+func clone(r *mcp.CallToolResult) *mcp.CallToolResult {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	c.Content = slices.Clone(r.Content)
+	c.Meta = maps.Clone(r.Meta)
+	return &c
+}
+
+// run runs one call, in its session's queue. It returns nil if ctx ended
+// before the call's turn in the queue (nothing was sent).
+func (g *gateway) run(ctx context.Context, st *sessionState, spec tool.Spec, meta callMeta, id string, out Result, step plan.Step) *mcp.CallToolResult {
 	select {
 	case st.lock <- struct{}{}:
 		defer func() { <-st.lock }()
 	case <-ctx.Done():
-		return refusal(out, "the call was cancelled while an earlier call of the session ran: nothing was sent")
+		return nil
 	}
 	now := g.o.Now()
 	write := spec.Class.IsWrite()
 	prev := st.writes[id]
-	if prev != nil && now.Sub(prev.at) >= g.o.DuplicateWindow {
+	if prev != nil && prev.expired(now, g.o.DuplicateWindow) {
 		delete(st.writes, id)
 		prev = nil
 	}
 
 	var rec *record
+	remember := true
 	switch {
 	case meta.turn != 0:
 		out.Turn = meta.turn
@@ -353,6 +470,9 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 				rec = prev
 			} else {
 				rec = &record{turn: meta.turn, step: step, at: now}
+				// An identical call whose client still waits for its
+				// final result stays the one later calls repeat.
+				remember = prev == nil || prev.settled()
 			}
 		}
 	case write && prev != nil && !prev.final():
@@ -371,7 +491,7 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 			rec = &record{turn: out.Turn, step: step, at: now}
 		}
 	}
-	if rec != nil {
+	if rec != nil && remember {
 		st.writes[id] = rec
 	}
 	out.Key = plan.Key(out.Session, out.Turn, 1, spec.Name)
@@ -390,7 +510,7 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 		return g.failure(out, err)
 	}
 	if rec != nil {
-		rec.given = res.State
+		rec.give(res.State, g.o.Now())
 	}
 	return render(fill(out, res))
 }
@@ -423,14 +543,15 @@ func (g *gateway) send(ctx context.Context, session string, turn int, key string
 // hold answers a suspected duplicate: it becomes a new turn whose step asks
 // a person first (plan.Step.Hold), with the earlier call named on the
 // question's card. Nothing runs unless a person approves; repeating the call
-// reads that same turn again. An approved second effect becomes the call to
-// compare later ones with.
+// reads that same turn again, also after the person decided (a rejection
+// stands). An approved second effect becomes the call to compare later ones
+// with.
 func (g *gateway) hold(ctx context.Context, st *sessionState, id string, out Result, prev *record, step plan.Step, now time.Time) *mcp.CallToolResult {
 	earlier := plan.Key(out.Session, prev.turn, 1, out.Tool)
 	h := &Held{Reason: "suspected_duplicate", Turn: prev.turn, Key: earlier, At: prev.at.UTC(),
-		Window: g.o.DuplicateWindow.String(), HeldUntil: prev.at.Add(g.o.DuplicateWindow).UTC(), EarlierState: prev.given}
+		Window: g.o.DuplicateWindow.String(), HeldUntil: prev.delivered.Add(g.o.DuplicateWindow).UTC(), EarlierState: prev.given}
 	rec := prev.held
-	if rec == nil || rec.final() {
+	if rec == nil {
 		if err := g.load(ctx, out.Session, st); err != nil {
 			return refusal(out, err.Error())
 		}
@@ -445,20 +566,23 @@ func (g *gateway) hold(ctx context.Context, st *sessionState, id string, out Res
 	out.Key = plan.Key(out.Session, rec.turn, 1, out.Tool)
 	res, err := g.send(ctx, out.Session, rec.turn, "", rec.step)
 	if err != nil {
-		if refused(err) {
-			prev.held = nil
+		if refused(err) && rec.given == "" {
+			prev.held = nil // the session refused the held turn: nothing was held
 		}
 		return g.failure(out, err)
 	}
-	rec.given = res.State
+	rec.give(res.State, g.o.Now())
 	if res.State == workflows.TurnSucceeded {
 		st.writes[id] = rec // a person approved a second effect: compare later calls with it
 	}
 	out = fill(out, res)
 	out.Held = h
-	out.Message = fmt.Sprintf("SUSPECTED DUPLICATE: this %s call is identical to %s (%s ago) and was sent without _meta %q; "+
-		"it runs only if a person approves it (the question below); call it again the same way later for its result.\n",
-		out.Tool, earlier, now.Sub(prev.at).Round(time.Second), MetaKey) + out.Message
+	verdict := "it runs only if a person approves it (the question below); call it again the same way later for its result"
+	if rec.final() {
+		verdict = fmt.Sprintf("it was held for a person as turn %d, whose decision is below and stands: repeating the call reads it again and runs nothing", rec.turn)
+	}
+	out.Message = fmt.Sprintf("SUSPECTED DUPLICATE: this %s call is identical to %s (%s ago) and was sent without _meta %q; %s.\n",
+		out.Tool, earlier, now.Sub(prev.at).Round(time.Second), MetaKey, verdict) + out.Message
 	return render(out)
 }
 

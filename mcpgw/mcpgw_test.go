@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +38,9 @@ type fakeSessions struct {
 	lose     int                          // answer this many next Turn calls with a lost response (after running)
 	fail     map[string]bool              // tool -> its calls fail
 	running  int                          // answer this many next Turn calls with state running
+	rejected map[string]bool              // operation key -> a person rejected it
+	gate     chan struct{}                // when set, every Turn call waits for it to close
+	onTurn   func()                       // when set, called as each Turn call arrives
 }
 
 type fakeTurn struct {
@@ -44,10 +49,23 @@ type fakeTurn struct {
 }
 
 func newFake() *fakeSessions {
-	return &fakeSessions{turns: map[string]map[int]*fakeTurn{}, effects: map[string]int{}, approved: map[string]bool{}, fail: map[string]bool{}}
+	return &fakeSessions{turns: map[string]map[int]*fakeTurn{}, effects: map[string]int{}, approved: map[string]bool{}, fail: map[string]bool{}, rejected: map[string]bool{}}
 }
 
 func (f *fakeSessions) Turn(ctx context.Context, session string, t workflows.TurnRequest, _ sagaclient.SessionOptions) (workflows.TurnResult, error) {
+	f.mu.Lock()
+	gate, hook := f.gate, f.onTurn
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return workflows.TurnResult{}, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sent++
@@ -82,6 +100,9 @@ func (f *fakeSessions) Turn(ctx context.Context, session string, t workflows.Tur
 	if ft.res.State == workflows.TurnWaiting && f.approved[ft.res.Steps[0].Key] {
 		ft.res.Question = nil
 		f.run(ft)
+	}
+	if ft.res.State == workflows.TurnWaiting && f.rejected[ft.res.Steps[0].Key] {
+		ft.res.Question, ft.res.State, ft.res.Error, ft.res.Steps[0].State = nil, workflows.TurnFailed, "step 1 failed: rejected by a person", "failed_final"
 	}
 	if f.lose > 0 {
 		f.lose--
@@ -275,10 +296,67 @@ func TestMCPUnkeyedIdenticalWriteIsHeldWithinTheWindow(t *testing.T) {
 	require.Equal(t, workflows.TurnSucceeded, read2.State, "reads are never held")
 	require.Equal(t, read.Turn+1, read2.Turn)
 
-	c.add(time.Minute) // ten minutes after the first refund: the window has passed
+	c.add(time.Minute) // ten minutes after the first refund was given
 	_, late := call(t, cs, demotools.ApplyRefund, refund("ord_1", 1200), nil)
-	require.Equal(t, workflows.TurnSucceeded, late.State, late.Message)
+	require.Equal(t, r2.Key, late.Key, "the held turn's result was not given yet: its record is kept, the repeat reads it")
+	require.Equal(t, workflows.TurnWaiting, late.State, late.Message)
+
+	// A person rejects the held duplicate; repeated an hour later it reads
+	// the rejection and never runs.
+	f.mu.Lock()
+	f.rejected[r2.Key] = true
+	f.mu.Unlock()
+	c.add(time.Hour)
+	_, rejected := call(t, cs, demotools.ApplyRefund, refund("ord_1", 1200), nil)
+	require.Equal(t, workflows.TurnFailed, rejected.State, rejected.Message)
+	require.Equal(t, r2.Key, rejected.Key)
+	require.NotNil(t, rejected.Held)
+	require.Contains(t, rejected.Message, "stands")
+	c.add(9 * time.Minute)
+	_, again2 := call(t, cs, demotools.ApplyRefund, refund("ord_1", 1200), nil)
+	require.Equal(t, r2.Key, again2.Key, "within the window after the rejection was given, the repeat reads it again")
+	require.Equal(t, workflows.TurnFailed, again2.State)
+	require.Equal(t, 2, f.count(demotools.ApplyRefund), "ord_1 once, ord_1 with 1300 once")
+
+	c.add(time.Minute) // the window after every final result was given has passed
+	_, fresh := call(t, cs, demotools.ApplyRefund, refund("ord_1", 1200), nil)
+	require.Equal(t, workflows.TurnSucceeded, fresh.State, fresh.Message)
 	require.Equal(t, 3, f.count(demotools.ApplyRefund))
+}
+
+// A call whose final result the client was not given is kept past the
+// window: repeated after a person decided, however late, it reads its turn.
+func TestMCPUnansweredCallIsKeptPastTheWindow(t *testing.T) {
+	f, c := newFake(), &clock{t: time.Unix(1_800_000_000, 0)}
+	cs := connect(t, f, c)
+	_, w := call(t, cs, demotools.ApplyRefund, refund("ord_11", 60000), nil)
+	require.Equal(t, workflows.TurnWaiting, w.State)
+	f.mu.Lock()
+	f.approved[w.Key] = true
+	f.mu.Unlock()
+	c.add(11 * time.Minute)
+	_, done := call(t, cs, demotools.ApplyRefund, refund("ord_11", 60000), nil)
+	require.Equal(t, workflows.TurnSucceeded, done.State, done.Message)
+	require.Equal(t, w.Key, done.Key, "the repeat after the window reads the waiting turn")
+	require.Equal(t, 1, f.count(demotools.ApplyRefund))
+
+	// The window counts from that delivery.
+	c.add(9 * time.Minute)
+	_, held := call(t, cs, demotools.ApplyRefund, refund("ord_11", 60000), nil)
+	require.Equal(t, workflows.TurnWaiting, held.State)
+	require.NotNil(t, held.Held, "nine minutes after the result was given: a suspected duplicate")
+	require.Equal(t, w.Key, held.Held.Key)
+	require.Equal(t, c.now().Add(-9*time.Minute).Add(mcpgw.DefaultDuplicateWindow).UTC(), held.Held.HeldUntil)
+
+	// A lost answer, repeated an hour later, reads its turn too.
+	f.lose = 1
+	_, lost := call(t, cs, demotools.SendEmail, map[string]any{"to": "ana@example.com", "subject": "s", "body": "b"}, nil)
+	require.Equal(t, mcpgw.StateNoAnswer, lost.State)
+	c.add(time.Hour)
+	_, read := call(t, cs, demotools.SendEmail, map[string]any{"to": "ana@example.com", "subject": "s", "body": "b"}, nil)
+	require.Equal(t, workflows.TurnSucceeded, read.State, read.Message)
+	require.Equal(t, lost.Key, read.Key)
+	require.Equal(t, 1, f.count(demotools.SendEmail))
 }
 
 func TestMCPKeyedRepeatReachesTheSameTurn(t *testing.T) {
@@ -378,11 +456,13 @@ func TestMCPLostAnswerIsReadAgainUnderTheSameKey(t *testing.T) {
 	require.True(t, res.IsError)
 	require.Equal(t, mcpgw.StateNoAnswer, lost.State)
 	require.Contains(t, lost.Message, "same _meta")
+	_, keyed := call(t, cs, demotools.ApplyRefund, refund("ord_6", 700), mcp.Meta{mcpgw.MetaKey: "k-6"})
+	require.Equal(t, workflows.TurnSucceeded, keyed.State, "a keyed call is its own turn")
 	res, again := call(t, cs, demotools.ApplyRefund, refund("ord_6", 700), nil)
 	require.False(t, res.IsError, again.Message)
 	require.Equal(t, workflows.TurnSucceeded, again.State)
-	require.Equal(t, lost.Key, again.Key, "the retry reads the turn whose answer was lost")
-	require.Equal(t, 1, f.count(demotools.ApplyRefund))
+	require.Equal(t, lost.Key, again.Key, "the retry reads the turn whose answer was lost, not the keyed call's")
+	require.Equal(t, 2, f.count(demotools.ApplyRefund), "the lost one once, the keyed one once")
 }
 
 func TestMCPRefusedOrFailedCallIsNotRemembered(t *testing.T) {
@@ -407,14 +487,48 @@ func TestMCPRefusedOrFailedCallIsNotRemembered(t *testing.T) {
 	require.Equal(t, failed.Turn+1, retried.Turn)
 }
 
-// Four clients (four MCP connections to one gateway) name one session and
-// send the same refund at once: calls of a session queue, so one runs and
-// the others see it.
-func TestMCPConcurrentIdenticalCallsMakeOneEffect(t *testing.T) {
+// A session's memory is not forgotten while a final result was given less
+// than the window ago, even if its last call arrived longer ago.
+func TestMCPSessionIsKeptForTheWindowAfterItsLastDelivery(t *testing.T) {
 	f, c := newFake(), &clock{t: time.Unix(1_800_000_000, 0)}
+	cs := connect(t, f, c)
+	f.onTurn = func() { c.add(5 * time.Minute) } // the turn takes five minutes
+	_, first := call(t, cs, demotools.ApplyRefund, refund("ord_12", 1200), mcp.Meta{mcpgw.MetaSession: "slow"})
+	require.Equal(t, workflows.TurnSucceeded, first.State)
+	f.onTurn = nil
+	c.add(6 * time.Minute) // 11 minutes after the call, 6 after its result was given
+	call(t, cs, demotools.QueryOrder, map[string]any{"order_id": "ord_12"}, mcp.Meta{mcpgw.MetaSession: "other"})
+	_, again := call(t, cs, demotools.ApplyRefund, refund("ord_12", 1200), mcp.Meta{mcpgw.MetaSession: "slow"})
+	require.Equal(t, workflows.TurnWaiting, again.State, again.Message)
+	require.NotNil(t, again.Held, "still a suspected duplicate of the first")
+	require.Equal(t, 1, f.count(demotools.ApplyRefund))
+}
+
+// attaches counts the gateway's log lines of calls that attached to an
+// identical call in progress.
+type attaches struct{ n atomic.Int32 }
+
+func (a *attaches) Enabled(context.Context, slog.Level) bool { return true }
+func (a *attaches) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "attaches") {
+		a.n.Add(1)
+	}
+	return nil
+}
+func (a *attaches) WithAttrs([]slog.Attr) slog.Handler { return a }
+func (a *attaches) WithGroup(string) slog.Handler      { return a }
+
+// Four clients (four MCP connections to one gateway) name one session and
+// send the same refund at the same moment, without a key: it is one call.
+// The first is held in flight until the other three have attached to it;
+// all four get its result, one turn, one effect, nobody asked.
+func TestMCPConcurrentIdenticalCallsAreOneCall(t *testing.T) {
+	f, c := newFake(), &clock{t: time.Unix(1_800_000_000, 0)}
+	f.gate = make(chan struct{})
 	reg, err := demotools.Registry(demotools.Config{})
 	require.NoError(t, err)
-	srv, err := mcpgw.New(f, reg, mcpgw.Options{Now: c.now})
+	log := &attaches{}
+	srv, err := mcpgw.New(f, reg, mcpgw.Options{Now: c.now, Logger: slog.New(log)})
 	require.NoError(t, err)
 	clients := make([]*mcp.ClientSession, 4)
 	for i := range clients {
@@ -427,18 +541,29 @@ func TestMCPConcurrentIdenticalCallsMakeOneEffect(t *testing.T) {
 		t.Cleanup(func() { _ = clients[i].Close() })
 	}
 	var wg sync.WaitGroup
-	states := make([]string, len(clients))
+	results := make([]map[string]any, len(clients))
 	for i, cs := range clients {
 		wg.Go(func() {
 			res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: demotools.ApplyRefund, Arguments: refund("ord_8", 900), Meta: mcp.Meta{mcpgw.MetaSession: "shared"}})
 			if err == nil {
-				states[i] = res.StructuredContent.(map[string]any)["state"].(string)
+				results[i] = res.StructuredContent.(map[string]any)
 			}
 		})
 	}
+	deadline := time.Now().Add(10 * time.Second)
+	for log.n.Load() < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // polls a condition: three calls attached
+	}
+	close(f.gate)
 	wg.Wait()
-	require.ElementsMatch(t, []string{"succeeded", "waiting", "waiting", "waiting"}, states, "one runs, the others wait for a person as one suspected duplicate")
+	for i, r := range results {
+		require.NotNil(t, r, "client %d got no result", i)
+		require.Equal(t, "succeeded", r["state"], "client %d: one call, its result for all: %v", i, r["message"])
+		require.Equal(t, "shared:1:1:apply_refund", r["key"])
+		require.Nil(t, r["held"])
+	}
 	require.Equal(t, 1, f.count(demotools.ApplyRefund))
+	require.Equal(t, 1, f.sent, "one turn sent")
 }
 
 func TestMCPNumberingContinuesAnExistingSession(t *testing.T) {

@@ -44,6 +44,10 @@ func InputSchema(spec tool.Spec, l plan.Limits) map[string]any {
 			ceiling := moneyCeiling(spec, l)
 			p["maximum"] = ceiling
 			desc = joinDesc(desc, fmt.Sprintf("money as an integer count of minor units (12900 means 129.00); never a decimal or a string; at most %d", ceiling))
+		case tool.Currency:
+			p["type"] = "string"
+			p["pattern"] = "^[A-Z]{3}$"
+			desc = joinDesc(desc, "an ISO 4217 currency code in upper case, such as EUR")
 		case tool.Boolean:
 			p["type"] = "boolean"
 		default:

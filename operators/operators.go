@@ -106,8 +106,14 @@ func Load(path string) (*Keyring, error) {
 		return nil, fmt.Errorf("open operators file: %w", err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && runtime.GOOS != "windows" && fi.Mode().Perm()&0o002 != 0 {
-		return nil, fmt.Errorf("operators file %s is writable by everyone (mode %v): anyone could add themselves; run chmod o-w %s", path, fi.Mode().Perm(), path)
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat operators file %s: %w", path, err)
+	}
+	// As ssh does for authorized_keys: a file others than its owner may
+	// write lets them add themselves as operators.
+	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("operators file %s is writable by others than its owner (mode %v): they could add themselves as operators; run chmod go-w %s", path, fi.Mode().Perm(), path)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {

@@ -26,6 +26,12 @@ import (
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(planWith(ticket)), uint32(0))
 	f.Add([]byte(planWith(ticket)), uint32(2<<20))
+	// Shapes of secrets and money the checks must refuse.
+	f.Add([]byte(planWith(`{"tool":"send_email","args":{"to":"a@example.com","subject":"s","body":"4242.4242\n4242/4242"}}`)), uint32(0))
+	f.Add([]byte(planWith(`{"tool":"create_ticket","args":{"subject":"４２４２４２４２４２４２４２４２"}}`)), uint32(0))
+	f.Add([]byte(planWith(`{"tool":"create_ticket","args":{"subject":"https://u:p4ss@h.example/"}}`)), uint32(0))
+	f.Add([]byte(planWith(`{"tool":"apply_refund","args":{"order_id":"o","amount_minor":12345678901234567890,"currency":"eur","reason":"r"}}`)), uint32(0))
+	f.Add([]byte(planWith(`{"tool":"apply_refund","args":{"order_id":"o","amount_minor":1,"currency":"XYZ","reason":"r"}}`)), uint32(0))
 	specs := demotools.Specs()
 	f.Fuzz(func(t *testing.T, data []byte, pad uint32) {
 		if pad > 0 {

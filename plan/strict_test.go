@@ -75,6 +75,13 @@ func TestParseIsStrict(t *testing.T) {
 		{"long string arg", planWith(`{"tool":"create_ticket","args":{"subject":"` + strings.Repeat("x", 1001) + `"}}`), "steps[1].args.subject", "the limit is 1000 bytes"},
 		{"huge invoice", planWith(`{"tool":"create_invoice","args":{"customer_id":"c","amount_minor":9223372036854775807,"currency":"EUR"}}`), "steps[1].args.amount_minor", "above this tool's ceiling of 10000000"},
 		{"bad address", planWith(`{"tool":"send_email","args":{"to":"Ana <ana@example.com>","subject":"s","body":"b"}}`), "steps[1].args.to", "bare e-mail address"},
+		{"currency not ISO 4217", planWith(`{"tool":"apply_refund","args":{"order_id":"o","amount_minor":100,"currency":"XYZ","reason":"r"}}`), "steps[1].args.currency", "must be a current ISO 4217 currency code"},
+		{"currency lower case", planWith(`{"tool":"apply_refund","args":{"order_id":"o","amount_minor":100,"currency":"eur","reason":"r"}}`), "steps[1].args.currency", "write EUR, not eur"},
+		{"20-digit amount", planWith(`{"tool":"apply_refund","args":{"order_id":"o","amount_minor":12345678901234567890,"currency":"EUR","reason":"r"}}`), "steps[1].args.amount_minor", "above this tool's ceiling of"},
+		{"card with dots", planWith(`{"tool":"send_email","args":{"to":"a@example.com","subject":"s","body":"4242.4242.4242.4242"}}`), "steps[1].args.body", "holds a card number"},
+		{"card split by line feeds", planWith(`{"tool":"send_email","args":{"to":"a@example.com","subject":"s","body":"4242\n4242\n4242\n4242"}}`), "steps[1].args.body", "holds a card number"},
+		{"full-width card", planWith(`{"tool":"create_ticket","args":{"subject":"４２４２４２４２４２４２４２４２"}}`), "steps[1].args.subject", "holds a card number"},
+		{"password in a URL", planWith(`{"tool":"create_ticket","args":{"subject":"see https://user:password@host.example/"}}`), "steps[1].args.subject", "holds a credential"},
 		{"too many steps", planWith(strings.Repeat(ticket+",", 50) + ticket), "steps", "lists 51 tool calls, the limit is 50 (max_steps)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

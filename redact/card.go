@@ -1,26 +1,76 @@
 package redact
 
-import "strings"
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
 
 // LooksLikeCardNumber reports whether s is a payment card number: 13 to 19
-// digits (spaces and dashes allowed between them) that pass the Luhn check.
+// digits that pass the Luhn check, possibly grouped by single separators
+// (see cardSeparator). Digits of any script count (full-width "４２４２",
+// Arabic-Indic, ...): they are read by their value.
 func LooksLikeCardNumber(s string) bool {
 	n := 0
 	var digits [19]byte
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= '0' && c <= '9':
+	prevSep := true // no separator may lead
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch d, ok := digitValue(r); {
+		case ok:
 			if n == len(digits) {
 				return false
 			}
-			digits[n] = c - '0'
+			digits[n] = d
 			n++
-		case c == ' ' || c == '-':
+			prevSep = false
+		case cardSeparator(r) && !prevSep:
+			prevSep = true
+			if r == '\r' && i+1 < len(s) && s[i+1] == '\n' {
+				size++ // CRLF is one separator
+			}
 		default:
 			return false
 		}
+		i += size
 	}
-	return n >= 13 && luhn(digits[:n])
+	return n >= 13 && !prevSep && luhn(digits[:n])
+}
+
+// digitValue returns the value of a decimal digit of any script (Unicode
+// category Nd): '7', '７' and '٧' are all 7.
+func digitValue(r rune) (byte, bool) {
+	if r >= '0' && r <= '9' {
+		return byte(r - '0'), true
+	}
+	if r < utf8.RuneSelf || !unicode.Is(unicode.Nd, r) {
+		return 0, false
+	}
+	// Every range of the Nd table starts at a digit zero and holds whole
+	// runs of ten (checked by TestDigitValueOfEveryScript).
+	for _, rg := range unicode.Nd.R16 {
+		if r >= rune(rg.Lo) && r <= rune(rg.Hi) {
+			return byte((r - rune(rg.Lo)) % 10), true
+		}
+	}
+	for _, rg := range unicode.Nd.R32 {
+		if r >= rune(rg.Lo) && r <= rune(rg.Hi) {
+			return byte((r - rune(rg.Lo)) % 10), true
+		}
+	}
+	return 0, false
+}
+
+// cardSeparator reports whether r may stand between two groups of a card
+// number: a space of any kind, a line feed or other line break, a tab, a
+// dash of any kind, a dot, a slash, an underscore (their full-width forms
+// too), or an invisible formatting character such as U+200B.
+func cardSeparator(r rune) bool {
+	switch r {
+	case '.', '/', '_', '\u00b7', '\u2022', '\u2027', '\u2212', '\u30fb', '\uff0e', '\uff0f', '\uff3f', '\uff65':
+		return true
+	}
+	return unicode.IsSpace(r) || unicode.Is(unicode.Pd, r) || unicode.Is(unicode.Cf, r)
 }
 
 // luhn reports whether the digits (values 0-9) pass the Luhn check.
@@ -40,29 +90,33 @@ func luhn(digits []byte) bool {
 }
 
 // cardMask is the mask of the card number written as s: its last four
-// digits only.
+// digits only, in ASCII.
 func cardMask(s string) string {
 	var last []byte
-	for i := len(s) - 1; i >= 0 && len(last) < 4; i-- {
-		if isDigit(s[i]) {
-			last = append([]byte{s[i]}, last...)
+	for i := len(s); i > 0 && len(last) < 4; {
+		r, size := utf8.DecodeLastRuneInString(s[:i])
+		if d, ok := digitValue(r); ok {
+			last = append([]byte{'0' + d}, last...)
 		}
+		i -= size
 	}
 	return "[redacted card ending " + string(last) + "]"
 }
 
 // rewriteCards masks every card number in s. A card number is a run of 13
-// to 19 digits, possibly grouped by single spaces or dashes, that passes the
-// Luhn check. Within a run of groups, candidates are whole groups, tried from
-// the left, the longest first: "4111 1111 1111 1111 12" masks the card and
-// keeps "12", and two cards in one run are both masked. An unbroken run of
-// more than 19 digits is an identifier, not a card, and is kept.
+// to 19 digits (of any script), possibly grouped by single separators (see
+// cardSeparator; CRLF counts as one), that passes the Luhn check. Within a
+// run of groups, candidates are whole groups, tried from the left, the
+// longest first: "4111 1111 1111 1111 12" masks the card and keeps "12", and
+// two cards in one run are both masked. An unbroken run of more than 19
+// digits is an identifier, not a card, and is kept.
 func rewriteCards(s string) (string, bool) {
 	var b strings.Builder
 	last := 0 // s[last:] is not yet copied
 	for i := 0; i < len(s); {
-		if !isDigit(s[i]) {
-			i++
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if !isDigitRune(r) {
+			i += size
 			continue
 		}
 		end, groups := scanRun(s, i)
@@ -84,22 +138,50 @@ func rewriteCards(s string) (string, bool) {
 type span struct{ from, to int }
 
 // scanRun reads the run of digit groups that starts at s[i]: groups of digits
-// joined by exactly one space or dash. It returns where the run ends and its
+// joined by exactly one separator. It returns where the run ends and its
 // groups.
 func scanRun(s string, i int) (end int, groups []span) {
 	for {
 		g := span{from: i}
-		for i < len(s) && isDigit(s[i]) {
-			i++
-		}
+		i = digitsEnd(s, i)
 		g.to = i
 		groups = append(groups, g)
-		if i+1 < len(s) && (s[i] == ' ' || s[i] == '-') && isDigit(s[i+1]) {
-			i++
-			continue
+		if i >= len(s) {
+			return i, groups
 		}
-		return i, groups
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if !cardSeparator(r) {
+			return i, groups
+		}
+		next := i + size
+		if r == '\r' && next < len(s) && s[next] == '\n' {
+			next++
+		}
+		if next >= len(s) {
+			return i, groups
+		}
+		if nr, _ := utf8.DecodeRuneInString(s[next:]); !isDigitRune(nr) {
+			return i, groups
+		}
+		i = next
 	}
+}
+
+// digitsEnd returns where the digits that start at s[i] end.
+func digitsEnd(s string, i int) int {
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if !isDigitRune(r) {
+			break
+		}
+		i += size
+	}
+	return i
+}
+
+func isDigitRune(r rune) bool {
+	_, ok := digitValue(r)
+	return ok
 }
 
 // cardsIn returns the card numbers among groups, left to right: from each
@@ -114,12 +196,14 @@ func cardsIn(s string, groups []span) []span {
 		n, best := 0, -1
 	extend:
 		for z := a; z < len(groups); z++ {
-			for k := groups[z].from; k < groups[z].to; k++ {
+			for k := groups[z].from; k < groups[z].to; {
 				if n == len(digits) {
 					break extend
 				}
-				digits[n] = s[k] - '0'
+				r, size := utf8.DecodeRuneInString(s[k:])
+				digits[n], _ = digitValue(r)
 				n++
+				k += size
 			}
 			if n >= 13 && luhn(digits[:n]) {
 				best = z

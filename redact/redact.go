@@ -8,6 +8,7 @@
 //
 //	what                                    example                               masked as
 //	card number (13-19 digits, Luhn)        4111 1111 1111 1111                    [redacted card ending 1111]
+//	  any script's digits, any separator     ４１１１.1111/1111\n1111                [redacted card ending 1111]
 //	IBAN (country length, mod-97)           DE89 3704 0044 0532 0130 00            [redacted IBAN DE ending 3000]
 //	API keys of known shapes                sk_live_51Hx..., xoxb-..., ghp_...,    sk_live_[redacted], xoxb-[redacted], ...
 //	                                        AKIA..., AIza..., sk-..., whsec_...
@@ -15,6 +16,7 @@
 //	bearer tokens                           Bearer abc.def-123                     Bearer [redacted]
 //	Authorization values                    Authorization: Basic dXNlcjpw          Authorization: Basic [redacted]
 //	secret assignments                      api_key=abc123, "password": "x1y2"    api_key=[redacted], "password": "[redacted]"
+//	passwords in URLs                       https://ana:s3cret@host/              https://ana:[redacted]@host/
 //
 // Masking is idempotent (String(String(s)) == String(s)) and a mask never
 // holds more than the last four digits of what it hides.
@@ -63,6 +65,7 @@ type pass struct {
 // passes run in this order: tokens and keys first (they may hold digits a
 // card pass would half-mask), then IBANs, then card numbers.
 var passes = []pass{
+	{Credential, rewriteURLCredentials},
 	{Credential, rewriteAssignments},
 	{BearerToken, rewriteAuthorization},
 	{BearerToken, rewriteBearer},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 
@@ -137,4 +138,110 @@ func TestJSONEdges(t *testing.T) {
 	require.False(t, strings.Contains(string(out), visa))
 	require.Equal(t, `"[redacted card ending 1111]"`, string(redact.JSON(json.RawMessage(`"`+visa+`"`))))
 	require.Equal(t, `"<a&b>"`, string(redact.JSON(json.RawMessage(`"<a&b>"`))))
+}
+
+// Card numbers in every shape a person or a model might write them are
+// found: other separators, line breaks, full-width and other scripts'
+// digits, invisible characters between the groups.
+func TestCardNumbersInOtherShapes(t *testing.T) {
+	for _, s := range []string{
+		"4242.4242.4242.4242",
+		"4242/4242/4242/4242",
+		"4242\n4242\n4242\n4242",
+		"4242\r\n4242\r\n4242\r\n4242",
+		"4242\t4242\t4242\t4242",
+		"4242_4242_4242_4242",
+		"4242\u00a04242\u00a04242\u00a04242", // no-break space
+		"4242\u20134242\u20134242\u20134242", // en dash
+		"4242\u200b4242\u200b4242\u200b4242", // zero-width space
+		"４２４２４２４２４２４２４２４２",                   // full-width digits
+		"４２４２　４２４２　４２４２　４２４２",                // full-width digits, ideographic space
+		"٤٢٤٢٤٢٤٢٤٢٤٢٤٢٤٢",                   // Arabic-Indic digits
+		"４２４２.4242/4242\n4242",               // mixed
+	} {
+		require.True(t, redact.LooksLikeCardNumber(s), "%q", s)
+		kind, ok := redact.Find("pay with " + s + " please")
+		require.True(t, ok, "%q", s)
+		require.Equal(t, redact.Card, kind, "%q", s)
+		got := redact.String("pay with " + s + " please")
+		require.Equal(t, "pay with [redacted card ending 4242] please", got, "%q", s)
+	}
+	for _, s := range []string{
+		"4242..4242.4242.4242", // two separators: not one number
+		"4242.4242.4242.4241",  // Luhn fails
+		"version 1.2.3.4",
+		"2026/12/01",
+	} {
+		require.False(t, redact.LooksLikeCardNumber(s), "%q", s)
+	}
+}
+
+// Every range of Unicode's decimal digits starts at a zero and holds whole
+// runs of ten, which is what digitValue relies on: the value of every Nd
+// digit is its distance from its range's start, mod 10.
+func TestDigitValueOfEveryScript(t *testing.T) {
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if !unicode.Is(unicode.Nd, r) {
+			continue
+		}
+		// A run of ten digits: r is at position v of it when the rune
+		// v places before is also a digit and the one before that run
+		// is not, or at the table's start.
+		s := strings.Repeat(string(r), 13)
+		require.Equal(t, luhnOf(r), redact.LooksLikeCardNumber(s), "%U", r)
+	}
+	for _, rg := range unicode.Nd.R16 {
+		require.EqualValues(t, 1, rg.Stride)
+		require.Zero(t, (rg.Hi-rg.Lo+1)%10, "range %U-%U", rg.Lo, rg.Hi)
+	}
+	for _, rg := range unicode.Nd.R32 {
+		require.EqualValues(t, 1, rg.Stride)
+		require.Zero(t, (rg.Hi-rg.Lo+1)%10, "range %U-%U", rg.Lo, rg.Hi)
+	}
+}
+
+// luhnOf says whether thirteen copies of the Nd digit r pass the Luhn check,
+// computed from the digit's value as the Unicode name-independent offset in
+// its block of ten.
+func luhnOf(r rune) bool {
+	v := -1
+	for _, rg := range unicode.Nd.R16 {
+		if r >= rune(rg.Lo) && r <= rune(rg.Hi) {
+			v = int(r-rune(rg.Lo)) % 10
+		}
+	}
+	for _, rg := range unicode.Nd.R32 {
+		if r >= rune(rg.Lo) && r <= rune(rg.Hi) {
+			v = int(r-rune(rg.Lo)) % 10
+		}
+	}
+	sum := 0
+	for i := 0; i < 13; i++ {
+		d := v
+		if i%2 == 1 {
+			d *= 2
+			if d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+	}
+	return sum%10 == 0
+}
+
+// A password in a URL's user information is a credential: masked, and
+// found (so a plan carrying it is refused).
+func TestURLCredentials(t *testing.T) {
+	for in, want := range map[string]string{
+		"see https://user:password@host.example/x":     "see https://user:[redacted]@host.example/x",
+		"postgres://postgres:PW@db:5432/app":           "postgres://postgres:[redacted]@db:5432/app",
+		"ftp://ana:p@ss@files.example":                 "ftp://ana:[redacted]@files.example",
+		"https://host.example/path?x=1":                "https://host.example/path?x=1",
+		"https://ana@host.example/":                    "https://ana@host.example/",
+		"malformed postgres://postgres:PW@[::1 at end": "malformed postgres://postgres:[redacted]@[::1 at end",
+	} {
+		require.Equal(t, want, redact.String(in), "%q", in)
+		_, found := redact.Find(in)
+		require.Equal(t, want != in, found, "%q", in)
+	}
 }

@@ -101,6 +101,24 @@ func rewriteAuthorization(s string) (string, bool) {
 	})
 }
 
+// urlCredentialPattern matches the password of a URL's user information,
+// scheme://user:password@host (group 1), up to the last '@' before the path.
+var urlCredentialPattern = regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://[^\s/@:]*:([^\s/]*)@`)
+
+// rewriteURLCredentials masks the password of every URL that carries one
+// (https://user:password@host becomes https://user:[redacted]@host).
+func rewriteURLCredentials(s string) (string, bool) {
+	if !strings.Contains(s, "://") {
+		return s, false
+	}
+	return rewriteMatches(s, urlCredentialPattern, func(m []int) (int, int, string, bool) {
+		if v := s[m[2]:m[3]]; v == "" || masked(v) {
+			return 0, 0, "", false
+		}
+		return m[2], m[3], Mask, true
+	})
+}
+
 // assignPattern matches a secret assignment: a secret's name, an optional
 // quote, ':' or '=', an optional quote and the value (group 1).
 var assignPattern = regexp.MustCompile(`(?i)\b(?:x-)?(?:api[_-]?key|api[_-]?secret|access[_-]?token|refresh[_-]?token|` +

@@ -503,7 +503,10 @@ var ErrSessionEnded = errors.New("the session has ended: start a new session (a 
 
 // SessionOptions configure Turn's start of a session workflow.
 type SessionOptions struct {
-	// RequestedBy names the principal behind the session (four eyes).
+	// RequestedBy names the principal who sends the turns (four eyes): the
+	// session's requester when Turn starts it, and the requester of every
+	// turn Turn sends whose TurnRequest.RequestedBy is empty, also into a
+	// session someone else started.
 	RequestedBy string
 	// KeepFailedTurns keeps the writes of a turn whose step failed.
 	KeepFailedTurns bool
@@ -520,6 +523,11 @@ type SessionOptions struct {
 // result without a call, and another payload under the same turn is refused.
 func (c *Client) Turn(ctx context.Context, session string, t workflows.TurnRequest, o SessionOptions) (workflows.TurnResult, error) {
 	id := workflows.SessionWorkflowID(session)
+	if t.RequestedBy == "" {
+		// The turn names its sender: a session started by someone else
+		// keeps its own requester, and four eyes must see this one.
+		t.RequestedBy = o.RequestedBy
+	}
 	start := c.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       id,
 		TaskQueue:                c.taskQueue,

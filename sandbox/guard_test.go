@@ -34,6 +34,10 @@ func raw(t *testing.T, method, url string, body any, hdr map[string]string) repl
 		t.Fatal(err)
 	}
 	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -139,5 +143,25 @@ func TestClientSendsTheEnvToken(t *testing.T) {
 	}
 	if got != "from-the-environment-0000000001" {
 		t.Errorf("the client sent token %q, want the env value", got)
+	}
+}
+
+// DNS rebinding: a request on the loopback listener naming a foreign Host
+// (a web page whose name was rebound to 127.0.0.1, sending no Origin on a
+// simple request) is refused on every route, and no refund is made.
+func TestForeignHostIsRefused(t *testing.T) {
+	sb, c := start(t, sandbox.Options{})
+	r := raw(t, "POST", sb.URLs().Payments+"/v1/refunds", refund, map[string]string{"Host": "rebound.evil.example:8090", "Idempotency-Key": "rebind-1", "Content-Type": "application/json"})
+	if r.status != http.StatusForbidden {
+		t.Fatalf("refund with a foreign Host: %d %s, want 403", r.status, r.raw)
+	}
+	if e := effects(t, c, sandbox.Payments); len(e) != 0 {
+		t.Fatalf("effects after a refused request: %+v", e)
+	}
+	if r := raw(t, "GET", sb.BaseURL()+"/admin/effects", nil, map[string]string{"Host": "rebound.evil.example", sandbox.TokenHeader: sb.Token()}); r.status != http.StatusForbidden {
+		t.Fatalf("admin with a foreign Host: %d, want 403", r.status)
+	}
+	if r := raw(t, "POST", sb.URLs().Payments+"/v1/refunds", refund, map[string]string{"Host": "localhost", "Idempotency-Key": "rebind-2", "Content-Type": "application/json"}); r.status != http.StatusCreated {
+		t.Fatalf("refund naming localhost: %d %s, want 201", r.status, r.raw)
 	}
 }

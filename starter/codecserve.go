@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/codec"
+	"github.com/agentsaga/agentsaga/internal/loopback"
 )
 
 // cmdCodec runs the codec server the Temporal Web UI calls to show encrypted
@@ -48,7 +49,7 @@ func cmdCodec(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	if err != nil {
 		return fmt.Errorf("codec serve: listen on %s: %w", *addr, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: loopback.Guard(srv), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(out, "codec server on http://%s (key %s; token from %s: set; log in at /login)\n", ln.Addr(), ring.Current(), codec.EnvToken)
 	go func() {
 		<-ctx.Done()

@@ -115,3 +115,17 @@ func TestReportReadsTheSeedsFiguresFromTheLedger(t *testing.T) {
 	err = run(ctx, []string{"report", "--since", "-1h"}, nil, &out)
 	require.Equal(t, 2, code(err))
 }
+
+// No form of a ledger DSN prints its password, parsed or not, in the text
+// or the JSON error of any ledger command.
+func TestLedgerCommandsPrintNoDSNPassword(t *testing.T) {
+	ctx := context.Background()
+	for _, dsn := range []string{"postgres://postgres:hunter2@[::1", "host=127.0.0.1 password=hunter2", "host=db password='hunter2 x'"} {
+		for _, cmd := range [][]string{{"report"}, {"exceptions"}, {"audit", "k"}, {"report", "--json"}} {
+			var out bytes.Buffer
+			err := run(ctx, append(append([]string{}, cmd...), "--ledger", dsn), nil, &out)
+			require.Error(t, err, "%v %s", cmd, dsn)
+			require.NotContains(t, err.Error()+out.String(), "hunter2", "%v %s", cmd, dsn)
+		}
+	}
+}

@@ -24,6 +24,7 @@ import (
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.temporal.io/sdk/interceptor"
 
+	"github.com/agentsaga/agentsaga/internal/loopback"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/tool"
 )
@@ -102,7 +103,7 @@ func New(ctx context.Context, o Options) (*Telemetry, error) {
 		t.Tracing = true
 		tracer = tp.Tracer("github.com/agentsaga/agentsaga/telemetry")
 		var err error
-		t.sdkTracing, err = temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{Tracer: tp.Tracer("temporal-sdk-go")})
+		t.sdkTracing, err = temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{Tracer: tp.Tracer("temporal-sdk-go"), SpanStarter: maskedSpanStarter})
 		if err != nil {
 			_ = t.shutdown(ctx)
 			return nil, fmt.Errorf("telemetry: the Temporal SDK's tracing interceptor: %w", err)
@@ -210,7 +211,7 @@ func (t *Telemetry) Serve(addr string) (*Server, error) {
 		}
 		_, _ = fmt.Fprintln(w, "agentsaga worker metrics: /metrics")
 	})
-	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, url: "http://" + ln.Addr().String() + "/metrics"}
+	s := &Server{srv: &http.Server{Handler: loopback.Guard(mux), ReadHeaderTimeout: 10 * time.Second}, url: "http://" + ln.Addr().String() + "/metrics"}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
 }

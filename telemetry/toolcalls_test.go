@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.temporal.io/sdk/interceptor"
@@ -64,6 +65,9 @@ func newToolEnv(t *testing.T) *toolEnv {
 		switch {
 		case strings.HasSuffix(key, ":rejected"):
 			return tool.Result{}, tool.Fail(tool.KindRejected, "card_declined", errors.New("declined"))
+		case strings.HasSuffix(key, ":leaky"):
+			// A provider's message that names what the call was about.
+			return tool.Result{}, tool.Fail(tool.KindRejected, "declined", errors.New("refund of "+secretArg+" declined"))
 		case strings.HasSuffix(key, ":lost"):
 			return tool.Result{}, errors.New("connection reset after the request was sent")
 		}
@@ -240,7 +244,7 @@ func TestOutcomeOfEveryErrorType(t *testing.T) {
 	}
 	for typ, want := range map[string]string{
 		activities.ErrUnknown: OutcomeUnknown, activities.ErrRejected: OutcomeRejected, activities.ErrConflict: OutcomeConflict,
-		activities.ErrGuardRefused: OutcomeGuardRefused, activities.ErrHeld: OutcomeHeld, activities.ErrAlreadyFinal: OutcomeAlreadyFinal,
+		activities.ErrGuardRefused: OutcomeGuardRefused, activities.ErrHeld: OutcomeHeld, activities.ErrClashUnseen: OutcomeHeld, activities.ErrAlreadyFinal: OutcomeAlreadyFinal,
 		activities.ErrNoPermit: OutcomeNoPermit, string(tool.KindNotSent): OutcomeNotSent, string(tool.KindThrottled): OutcomeNotSent,
 		string(tool.KindInFlight): OutcomeInFlight, activities.ErrLedger: OutcomeFailed, activities.ErrNotRegistered: OutcomeFailed,
 	} {
@@ -254,4 +258,35 @@ func TestOutcomeOfEveryErrorType(t *testing.T) {
 		OutcomeConflict, OutcomeGuardRefused, OutcomeHeld, OutcomeNotSent, OutcomeFailed} {
 		require.Contains(t, Outcomes, o)
 	}
+}
+
+// TestErrorSpansCarryNoArgumentValue: a failed call whose error text names an
+// argument value leaves that value in no span the exporter sees (attributes,
+// events, status), the SDK's activity span included; the spans still say
+// that it failed and of which type.
+func TestErrorSpansCarryNoArgumentValue(t *testing.T) {
+	e := newToolEnv(t)
+	err := e.execute(e.request("s:1:1:pay:leaky", "pay"))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), secretArg, "the test's provider names the value in its error")
+	spans := e.spans.GetSpans()
+	require.NotEmpty(t, spans)
+	failed := 0
+	for _, s := range spans {
+		require.NotContains(t, s.Status.Description, secretArg, "span %s status", s.Name)
+		if s.Status.Code == codes.Error {
+			failed++
+			require.NotEmpty(t, s.Status.Description, "span %s says which type failed", s.Name)
+		}
+		for _, a := range s.Attributes {
+			require.NotContains(t, a.Value.Emit(), secretArg, "span %s attribute %s", s.Name, a.Key)
+		}
+		for _, ev := range s.Events {
+			require.NotContains(t, ev.Name, secretArg)
+			for _, a := range ev.Attributes {
+				require.NotContains(t, a.Value.Emit(), secretArg, "span %s event %s attribute %s", s.Name, ev.Name, a.Key)
+			}
+		}
+	}
+	require.Positive(t, failed, "the failed call shows as an error span")
 }

@@ -3,7 +3,9 @@ package tool
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"net/mail"
 	"sort"
 	"strconv"
@@ -28,6 +30,10 @@ const (
 	// Email is one bare e-mail address ("ana@example.com"): no display
 	// name, no angle brackets, no list.
 	Email FieldType = "email"
+	// Currency is a current ISO 4217 currency code in upper case ("EUR"),
+	// from the list MinorDigits holds. A schema with a Money field declares
+	// exactly one Currency field: the code says what a minor unit is.
+	Currency FieldType = "currency"
 )
 
 // Default bounds of argument values (see ArgLimits).
@@ -264,6 +270,12 @@ func checkValue(f Field, v any, lim ArgLimits) string {
 		if f.Type == Email {
 			return checkEmail(s)
 		}
+	case Currency:
+		c, ok := v.(string)
+		if !ok {
+			return fmt.Sprintf("must be an ISO 4217 currency code as a string, such as \"EUR\"; got %s", jsonType(v))
+		}
+		return checkCurrency(c)
 	case Boolean:
 		if _, ok := v.(bool); !ok {
 			return fmt.Sprintf("must be true or false, got %s", jsonType(v))
@@ -274,6 +286,9 @@ func checkValue(f Field, v any, lim ArgLimits) string {
 		}
 	case Money:
 		n, err := exactInt(v)
+		if err != "" && outOfRange(v) {
+			return fmt.Sprintf("is %s minor units, above this tool's ceiling of %d (%s): split the amount or ask an operator to raise the ceiling", Clip(redact.String(v.(json.Number).String()), 40), lim.MaxAmountMinor, major(lim.MaxAmountMinor))
+		}
 		if err != "" {
 			return err + " of minor units (12900 for 129.00); amounts are never rounded"
 		}
@@ -311,10 +326,24 @@ func exactInt(v any) (int64, string) {
 		return 0, fmt.Sprintf("must be an integer, got %s", jsonType(v))
 	}
 	i, err := strconv.ParseInt(n.String(), 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, fmt.Sprintf("is out of range, got %s: the limit is %d to %d", Clip(redact.String(n.String()), 40), int64(math.MinInt64), int64(math.MaxInt64))
+	}
 	if err != nil {
 		return 0, fmt.Sprintf("must be an integer, got %s", Clip(redact.String(n.String()), 40))
 	}
 	return i, ""
+}
+
+// outOfRange reports whether v is an integer written in plain digits that
+// does not fit in 64 bits.
+func outOfRange(v any) bool {
+	n, ok := v.(json.Number)
+	if !ok {
+		return false
+	}
+	_, err := strconv.ParseInt(n.String(), 10, 64)
+	return errors.Is(err, strconv.ErrRange)
 }
 
 // jsonType names v for a message; a string or number is shown masked and

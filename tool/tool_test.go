@@ -148,10 +148,73 @@ func TestMoneyCeiling(t *testing.T) {
 	require.Len(t, errs, 1)
 	require.Equal(t, "a.amount_minor", errs[0].Path)
 	require.Contains(t, errs[0].Problem, "is 9223372036854775807 minor units, above this tool's ceiling of 10000000 (100000.00)")
+	// An amount too large for 64 bits is refused by the ceiling, which is
+	// named, like any amount above it.
 	errs = sp.CheckArgs("a", json.RawMessage(`{"amount_minor": 92233720368547758070}`), tool.ArgLimits{})
-	require.Contains(t, errs[0].Problem, "must be an integer")
+	require.Contains(t, errs[0].Problem, "is 92233720368547758070 minor units, above this tool's ceiling of 10000000 (100000.00)")
 	// Without a spec ceiling the limits' (or the default) applies.
 	sp.MaxAmountMinor = 0
 	require.NotEmpty(t, sp.CheckArgs("a", json.RawMessage(`{"amount_minor": 100000001}`), tool.ArgLimits{}))
 	require.Empty(t, sp.CheckArgs("a", json.RawMessage(`{"amount_minor": 100000001}`), tool.ArgLimits{MaxAmountMinor: 200_000_000}))
+}
+
+// An integer argument too large for 64 bits is refused with its limit.
+func TestIntegerOutOfRangeNamesTheLimit(t *testing.T) {
+	s := tool.Schema{Fields: []tool.Field{{Name: "count", Type: tool.Integer}}}
+	errs := s.Check("args", json.RawMessage(`{"count": 99999999999999999999}`))
+	require.Len(t, errs, 1)
+	require.Equal(t, "args.count", errs[0].Path)
+	require.Contains(t, errs[0].Problem, "the limit is -9223372036854775808 to 9223372036854775807")
+}
+
+// A currency is a current ISO 4217 code in upper case; anything else is
+// refused naming the field.
+func TestCurrencyIsISO4217(t *testing.T) {
+	s := tool.Schema{Fields: []tool.Field{{Name: "amount_minor", Type: tool.Money, Required: true}, {Name: "currency", Type: tool.Currency, Required: true}}}
+	for in, want := range map[string]string{
+		`{"amount_minor": 1, "currency": "XYZ"}`:  `must be a current ISO 4217 currency code in upper case, such as EUR, USD or JPY; got "XYZ"`,
+		`{"amount_minor": 1, "currency": "eur"}`:  "must be an ISO 4217 code in upper case: write EUR, not eur",
+		`{"amount_minor": 1, "currency": "Eur"}`:  "write EUR, not Eur",
+		`{"amount_minor": 1, "currency": "EURO"}`: "must be a current ISO 4217 currency code",
+		`{"amount_minor": 1, "currency": "XXX"}`:  "must be a current ISO 4217 currency code",
+		`{"amount_minor": 1, "currency": "BGN"}`:  "must be a current ISO 4217 currency code", // withdrawn: Bulgaria uses EUR
+		`{"amount_minor": 1, "currency": 978}`:    "must be an ISO 4217 currency code as a string",
+		`{"amount_minor": 1, "currency": ""}`:     "must be a current ISO 4217 currency code",
+		`{"amount_minor": 1}`:                     "is required (currency)",
+	} {
+		errs := s.Check("args", json.RawMessage(in))
+		require.Len(t, errs, 1, in)
+		require.Equal(t, "args.currency", errs[0].Path, in)
+		require.Contains(t, errs[0].Problem, want, in)
+	}
+	for _, c := range []string{"EUR", "USD", "JPY", "KWD", "CLF", "VES", "XCG", "ZWG"} {
+		require.Empty(t, s.Check("args", json.RawMessage(`{"amount_minor": 1, "currency": "`+c+`"}`)), c)
+	}
+	for code, want := range map[string]int{"EUR": 2, "JPY": 0, "KWD": 3, "CLF": 4, "ISK": 0} {
+		got, ok := tool.MinorDigits(code)
+		require.True(t, ok, code)
+		require.Equal(t, want, got, code)
+	}
+	_, ok := tool.MinorDigits("eur")
+	require.False(t, ok, "codes are upper case")
+}
+
+// Card numbers in any shape, and passwords in URLs, are refused in any
+// string argument.
+func TestSecretsInOtherShapesAreRefused(t *testing.T) {
+	s := tool.Schema{Fields: []tool.Field{{Name: "body", Type: tool.String, Multiline: true}}}
+	for in, want := range map[string]string{
+		`{"body": "4242.4242.4242.4242"}`:                     "holds a card number",
+		`{"body": "4242/4242/4242/4242"}`:                     "holds a card number",
+		`{"body": "4242\n4242\n4242\n4242"}`:                  "holds a card number",
+		`{"body": "４２４２４２４２４２４２４２４２"}`:                        "holds a card number",
+		`{"body": "see https://user:password@host.example/"}`: "holds a credential",
+	} {
+		errs := s.Check("args", json.RawMessage(in))
+		require.Len(t, errs, 1, in)
+		require.Equal(t, "args.body", errs[0].Path)
+		require.Contains(t, errs[0].Problem, want, in)
+		require.NotContains(t, errs[0].Error(), "password", in)
+		require.NotContains(t, errs[0].Error(), "4242", in)
+	}
 }

@@ -9,7 +9,10 @@
 // _TRACES_ENDPOINT) is set. See package telemetry for the metric names.
 //
 // It refuses to start when a tool lacks a side-effect class, a compensator or
-// a reconciler, naming every offender, and stops gracefully on SIGINT/SIGTERM.
+// a reconciler, naming every offender, and stops gracefully on SIGINT/SIGTERM:
+// it takes no new task, lets the tool calls in flight finish and record their
+// outcome (up to sagaworker.StopTimeout: the longest tool timeout plus the
+// ledger record and a margin), then exits. A second signal ends it at once.
 package main
 
 import (
@@ -18,8 +21,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -30,6 +35,7 @@ import (
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/demotools"
+	"github.com/agentsaga/agentsaga/devserver"
 	"github.com/agentsaga/agentsaga/devstack"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/operators"
@@ -42,6 +48,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stopSignals = stop
 	if err := run(ctx, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		var ue usageError
@@ -52,6 +59,10 @@ func main() {
 	}
 }
 
+// stopSignals restores the default handling of SIGINT and SIGTERM once the
+// first one has started a graceful stop.
+var stopSignals = func() {}
+
 type usageError struct{ error }
 
 func run(ctx context.Context, args []string) error {
@@ -60,14 +71,17 @@ func run(ctx context.Context, args []string) error {
 	t.Register(fs)
 	dev := fs.Bool("dev", false, "start an embedded Temporal server with the Web UI and the sandbox providers")
 	dataDir := fs.String("data-dir", config.DefaultDataDir(), "with --dev: where Temporal, the ledger and the sandbox keep their data (env "+config.EnvDataDir+")")
-	port := fs.Int("port", 7233, "with --dev: Temporal frontend port")
+	port := fs.Int("port", 7233, "with --dev: Temporal frontend port; the HTTP API, codec and metrics ports follow it unless set (0: every port free)")
 	uiPort := fs.Int("ui-port", config.DefaultUIPort, "with --dev: Temporal Web UI port")
+	httpPort := fs.Int("http-port", -1, "with --dev: the frontend's HTTP API port (default --port + 10: 7243)")
+	codecAddr := fs.String("codec-addr", "", "with --dev: where the codec endpoint listens (default 127.0.0.1:PORT, PORT = --port + 1001: 8234)")
 	var ledgerFlag string
 	config.RegisterLedger(fs, &ledgerFlag, "default sqlite under --data-dir")
 	sandboxAddr := fs.String("sandbox-addr", "127.0.0.1:8090", "with --dev: where the sandbox providers listen")
 	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers (env "+config.EnvSandboxURL+"; --dev starts its own)")
 	operatorsFile := fs.String("operators", os.Getenv(config.EnvOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+config.EnvOperators+"; without it typed names are recorded as unverified)")
-	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+"; \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
+	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+" (moving with --port); \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
+	allowPlaintext := fs.Bool("allow-plaintext-payloads", os.Getenv(config.EnvAllowPlaintext) == "true", "with codec keys: accept plans, turns and decisions that a client sent unencrypted (by default they are refused, so no customer data is stored in the clear; env "+config.EnvAllowPlaintext+"=true)")
 	verbose := fs.Bool("v", false, "log every tool call")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -75,8 +89,22 @@ func run(ctx context.Context, args []string) error {
 		}
 		return usageError{err}
 	}
-	if *metricsAddr == "" && *dev {
-		*metricsAddr = telemetry.DefaultDevMetricsAddr
+	if *dev {
+		follow := func(base int) int { // a port that moves with --port
+			if *port == 0 {
+				return 0
+			}
+			return base + *port - 7233
+		}
+		if *httpPort < 0 {
+			*httpPort = follow(7243)
+		}
+		if *codecAddr == "" {
+			*codecAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(follow(8234)))
+		}
+		if *metricsAddr == "" {
+			*metricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(follow(devMetricsPort())))
+		}
 	}
 	if *metricsAddr == "off" {
 		*metricsAddr = ""
@@ -110,15 +138,20 @@ func run(ctx context.Context, args []string) error {
 			}
 		}
 		st, err := devstack.Start(ctx, devstack.Options{
-			DataDir: *dataDir, Port: *port, UIPort: *uiPort, Ledger: ledgerDSN, SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr,
-			TaskQueue: t.TaskQueue, Logger: log, Operators: verifier, MetricsAddr: *metricsAddr, Keyring: ring,
+			DataDir: *dataDir, Port: *port, UIPort: *uiPort, HTTPPort: *httpPort, CodecAddr: *codecAddr, Ledger: ledgerDSN,
+			SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr,
+			TaskQueue: t.TaskQueue, Logger: log, Operators: verifier, MetricsAddr: *metricsAddr, Keyring: ring, AllowPlaintext: *allowPlaintext,
 		})
 		if err != nil {
-			return err
+			return portFlag(err)
 		}
-		fmt.Printf("agentsaga dev worker ready\n  Temporal   %s (namespace %s)\n  Web UI     %s\n  codec      %s (log in once at %s/login with the token in %s; keys in %s)\n  sandbox    %s (admin token in %s)\n  ledger     %s\n  task queue %s\n  data       %s\n  metrics    %s\nCtrl-C stops.\n",
-			st.Server.FrontendAddr(), st.Server.Namespace(), st.Server.UIURL(), st.CodecURL, st.CodecURL, st.CodecTokenFile, st.KeysFile,
-			st.SandboxURL, st.SandboxTokenFile, config.SafeDSN(st.LedgerDSN), t.TaskQueue, *dataDir, orOff(st.MetricsURL))
+		sandboxLine := fmt.Sprintf("%s (started here; admin token in %s)", st.SandboxURL, st.SandboxTokenFile)
+		if st.Sandbox == nil {
+			sandboxLine = fmt.Sprintf("%s (not started here: --sandbox-url or %s names one that runs elsewhere)", st.SandboxURL, config.EnvSandboxURL)
+		}
+		fmt.Printf("agentsaga dev worker ready\n  Temporal   %s (namespace %s; HTTP API %s)\n  Web UI     %s\n  codec      %s (log in once per browser at %s/login with the token in %s; keys in %s)\n  sandbox    %s\n  ledger     %s\n  task queue %s\n  data       %s\n  metrics    %s\nCtrl-C stops.\n",
+			st.Server.FrontendAddr(), st.Server.Namespace(), st.Server.FrontendHTTPAddr(), st.Server.UIURL(), st.CodecURL, st.CodecURL, st.CodecTokenFile, st.KeysFile,
+			sandboxLine, config.SafeDSN(st.LedgerDSN), t.TaskQueue, *dataDir, orOff(st.MetricsURL))
 		<-ctx.Done()
 		fmt.Println("stopping")
 		return st.Close()
@@ -146,6 +179,12 @@ func run(ctx context.Context, args []string) error {
 	opts, err := t.ClientOptions()
 	if err != nil {
 		return usageError{err}
+	}
+	if ring, _, err := t.Keyring(); err == nil && ring != nil {
+		codec.WorkerClientOptions(&opts, ring, *allowPlaintext)
+		if *allowPlaintext {
+			log.Warn("plaintext payloads are accepted (--allow-plaintext-payloads): plans sent without the codec keys are stored in the clear")
+		}
 	}
 	opts.Logger = sdklog.NewStructuredLogger(log)
 	tel, err := telemetry.New(ctx, telemetry.Options{Tools: tools, Ledger: store, Logger: log})
@@ -196,7 +235,11 @@ func run(ctx context.Context, args []string) error {
 	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s, API key %s\ndecisions: %s\npayloads: %s\nmetrics: %s, traces: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), t.APIKeyState(), identity,
 		payloads, orOff(metricsURL), tracing(tel))
 	<-ctx.Done()
+	stopSignals() // a second signal ends the process at once
+	fmt.Printf("stopping: no new tasks are taken; in-flight tool calls finish and record their outcome (up to %s)\n",
+		sagaworker.StopTimeout(tools.Specs()))
 	w.Stop()
+	fmt.Println("stopped")
 	return nil
 }
 
@@ -212,4 +255,28 @@ func tracing(t *telemetry.Telemetry) string {
 		return "exported over OTLP (OTEL_EXPORTER_OTLP_*)"
 	}
 	return "off (set OTEL_EXPORTER_OTLP_ENDPOINT)"
+}
+
+// devMetricsPort is the metrics port of worker --dev on the default --port
+// (telemetry.DefaultDevMetricsAddr's).
+func devMetricsPort() int {
+	_, p, _ := net.SplitHostPort(telemetry.DefaultDevMetricsAddr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// portFlag turns a dev stack's "port taken" error into one that names the
+// worker's flag that moves it.
+func portFlag(err error) error {
+	flags := map[string]string{"Port": "--port", "HTTPPort": "--http-port", "UIPort": "--ui-port",
+		"CodecAddr": "--codec-addr", "SandboxAddr": "--sandbox-addr", "MetricsAddr": "--metrics-addr"}
+	var pt *devserver.PortTakenError
+	if errors.As(err, &pt) {
+		return usageError{fmt.Errorf("the %s port %d is taken (another dev stack?): pass %s with another port (0 for a free one): %w", pt.What, pt.Port, flags[pt.Option], err)}
+	}
+	var ae *devstack.AddrError
+	if errors.As(err, &ae) {
+		return usageError{fmt.Errorf("%s is taken (another dev stack?): pass %s with another address (port 0 for a free one): %w", ae.Addr, flags[ae.Option], err)}
+	}
+	return err
 }

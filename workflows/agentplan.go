@@ -451,7 +451,7 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 		if !ok {
 			return r.gaveUp(dctx, n, false)
 		}
-		if req.PermitID, ok = r.grant(dctx, n, d, rule); !ok {
+		if req.PermitID, ok = r.grant(dctx, n, d, rule, rep.Holders); !ok {
 			return r.gaveUp(dctx, n, false)
 		}
 	}
@@ -474,7 +474,9 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 		case activities.ErrorType(err) == activities.ErrCompensated:
 			r.compensatedBefore(n)
 			return false
-		case activities.ErrorType(err) == activities.ErrHeld:
+		case activities.ErrorType(err) == activities.ErrHeld, activities.ErrorType(err) == activities.ErrClashUnseen:
+			// Held, or approved on a card that missed a holder of the
+			// guard: ask (again) on a fresh card.
 			rep := r.checkGuard(dctx, req)
 			if rep.Clash == "" {
 				rep.Clash = st.LastError
@@ -484,7 +486,7 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 			if !ok {
 				return r.gaveUp(dctx, n, true)
 			}
-			if req.PermitID, ok = r.grant(dctx, n, d, rule); !ok {
+			if req.PermitID, ok = r.grant(dctx, n, d, rule, rep.Holders); !ok {
 				return r.gaveUp(dctx, n, true)
 			}
 			calls--
@@ -723,7 +725,7 @@ func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 		return
 	}
 	switch r.lastErr[n] {
-	case activities.ErrNoPermit, activities.ErrGuardRefused, activities.ErrAlreadyFinal, activities.ErrNotRegistered, activities.ErrHeld:
+	case activities.ErrNoPermit, activities.ErrGuardRefused, activities.ErrAlreadyFinal, activities.ErrNotRegistered, activities.ErrHeld, activities.ErrClashUnseen:
 		return // refused before anything was sent
 	}
 	look, err := r.reconcile(dctx, r.request(n), 0)

@@ -30,10 +30,42 @@ func (r *run) card(n int, rule string, rep activities.GuardReport) Card {
 	if minor, cur := amountOf(spec, args); minor != 0 || cur != "" {
 		c.AmountMinor, c.Currency, c.Amount = minor, cur, formatMinor(minor, cur)
 	}
+	listed := map[string]bool{}
 	for _, op := range rep.Others {
 		c.AlreadyRan = append(c.AlreadyRan, alreadyRan(c.Object, op))
+		listed[op.Key] = true
 	}
+	c.AlreadyRan = append(c.AlreadyRan, r.identical(n, listed)...)
 	return redactCard(c)
+}
+
+// maxIdentical bounds the identical calls a card lists.
+const maxIdentical = 10
+
+// identical words the other calls of the plan or session with step n's tool
+// and arguments that made, or may have made, an effect (any state but
+// pending and failed_final), oldest first, leaving out keys already listed:
+// a person deciding a call sees that the same call already ran (a repeat
+// sent without a key, a second turn of the same intent).
+func (r *run) identical(n int, listed map[string]bool) []string {
+	me := r.step(n)
+	var out []string
+	for i := range r.st.Steps {
+		s := &r.st.Steps[i]
+		if s.Step == n || s.Tool != me.Tool || s.Fingerprint != me.Fingerprint || listed[s.Key] ||
+			s.State == ledger.Pending || s.State == ledger.FailedFinal {
+			continue
+		}
+		if len(out) == maxIdentical {
+			break
+		}
+		line := fmt.Sprintf("the same %s with the same arguments by %s (%s", s.Tool, s.Key, s.State)
+		if s.ExternalID != "" {
+			line += ", external id " + s.ExternalID
+		}
+		out = append(out, line+")")
+	}
+	return out
 }
 
 func alreadyRan(object string, op ledger.Operation) string {
@@ -94,17 +126,9 @@ func amountOf(spec tool.Spec, args json.RawMessage) (int64, string) {
 	return minor, strings.ToUpper(cur)
 }
 
-// minorDigits is the number of decimals of a currency's minor unit (ISO
-// 4217); 2 unless listed.
-var minorDigits = map[string]int{
-	"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0, "RWF": 0,
-	"UGX": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
-	"BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3,
-}
-
 // formatMinor renders minor units as "1,500.00 EUR" (exactly, no floats).
 func formatMinor(minor int64, currency string) string {
-	digits, ok := minorDigits[currency]
+	digits, ok := tool.MinorDigits(currency)
 	if !ok {
 		digits = 2
 	}

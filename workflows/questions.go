@@ -739,13 +739,13 @@ func (r *run) checkGuard(ctx workflow.Context, req activities.Request) activitie
 }
 
 // grant stores the approval as a single-use permit for (key, fingerprint,
-// policy) and returns its id.
-func (r *run) grant(dctx workflow.Context, n int, d Decision, policy string) (string, bool) {
+// policy), bound to the guard holders its card showed, and returns its id.
+func (r *run) grant(dctx workflow.Context, n int, d Decision, policy string, holders []string) (string, bool) {
 	st := r.step(n)
 	// A permit id is unique per key, run and question (a reset or a new
 	// run of the same plan asks anew).
 	p := ledger.Permit{ID: st.Key + "/" + workflow.GetInfo(dctx).WorkflowExecution.RunID + "/" + d.QuestionID, Key: st.Key, RequestHash: st.Fingerprint,
-		Policy: policy, Override: d.Override, By: d.By, GrantedAt: d.At}
+		Policy: policy, Override: d.Override, By: d.By, GrantedAt: d.At, Holders: holders}
 	opts := bookkeeping
 	opts.Summary = "permit for " + st.Key
 	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, opts), activities.GrantPermitName, p).Get(dctx, nil); err != nil {

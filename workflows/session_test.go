@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/ledger"
@@ -28,6 +29,11 @@ func sendTurn(env *testsuite.TestWorkflowEnvironment, session string, turn int, 
 // Update IDs only within one run: after continue-as-new, a resent turn
 // reaches the workflow's own check).
 func sendTurnAs(env *testsuite.TestWorkflowEnvironment, updateID string, turn int, steps ...plan.Step) *turnAnswer {
+	return sendRequest(env, updateID, workflows.TurnRequest{Turn: turn, Steps: steps})
+}
+
+// sendRequest sends a whole TurnRequest under updateID.
+func sendRequest(env *testsuite.TestWorkflowEnvironment, updateID string, t workflows.TurnRequest) *turnAnswer {
 	a := &turnAnswer{}
 	env.UpdateWorkflow(workflows.UpdateTurn, updateID, &testsuite.TestUpdateCallback{
 		OnAccept: func() {},
@@ -38,7 +44,7 @@ func sendTurnAs(env *testsuite.TestWorkflowEnvironment, updateID string, turn in
 				a.result = r
 			}
 		},
-	}, workflows.TurnRequest{Turn: turn, Steps: steps})
+	}, t)
 	return a
 }
 
@@ -60,7 +66,7 @@ func TestSessionTurnsRunOnTheEngine(t *testing.T) {
 	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
 	at(time.Second, func() { t1 = sendTurn(env, "ss1", 1, step("read_order", "o1", 1), step("charge", "o1", 100)) })
 	at(2*time.Second, func() {
-		t1again = sendTurnAs(env, "after-continue-as-new", 1, step("read_order", "o1", 1), step("charge", "o1", 100))
+		t1again = sendTurn(env, "ss1", 1, step("read_order", "o1", 1), step("charge", "o1", 100))
 		t1changed = sendTurnAs(env, "changed", 1, step("read_order", "o1", 1), step("charge", "o1", 999))
 	})
 	at(3*time.Second, func() { t2 = sendTurn(env, "ss1", 2, step("invoice", "o1", 100)) })
@@ -79,7 +85,7 @@ func TestSessionTurnsRunOnTheEngine(t *testing.T) {
 	at(7*time.Second, func() { t4 = sendTurn(env, "ss1", 4, step("read_order", "o2", 1)) })
 	at(8*time.Second, func() { t5 = sendTurn(env, "ss1", 5, step("charge", "o2", 200)) })
 	at(9*time.Second, func() { endSession(env, "failed") })
-	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss1"})
+	runSession(env, workflows.SessionStart{SessionID: "ss1"})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var st workflows.Status
@@ -127,7 +133,7 @@ func TestSessionFailedTurnCompensatesItsOwnWrites(t *testing.T) {
 	env.RegisterDelayedCallback(func() { t1 = sendTurn(env, "ss2", 1, step("charge", "o1", 100)) }, time.Second)
 	env.RegisterDelayedCallback(func() { t2 = sendTurn(env, "ss2", 2, step("invoice", "o1", 100), step("ship", "o1", 100)) }, 2*time.Second)
 	env.RegisterDelayedCallback(func() { endSession(env, "succeeded") }, 3*time.Second)
-	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss2"})
+	runSession(env, workflows.SessionStart{SessionID: "ss2"})
 	require.NoError(t, env.GetWorkflowError())
 	var st workflows.Status
 	require.NoError(t, env.GetWorkflowResult(&st))
@@ -146,7 +152,7 @@ func TestSessionFailedTurnCompensatesItsOwnWrites(t *testing.T) {
 func TestSessionRefusesACarryFromAClient(t *testing.T) {
 	h := newHarness(t)
 	env := h.env()
-	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss3", Carry: &workflows.SessionCarry{
+	runSession(env, workflows.SessionStart{SessionID: "ss3", Carry: &workflows.SessionCarry{
 		Status: workflows.Status{Steps: []workflows.StepStatus{{Step: 1, Tool: "charge", Key: "ss3:1:1:charge", ExternalID: "ch_never", State: ledger.Succeeded}}},
 		Args:   []json.RawMessage{json.RawMessage(`{"order_id":"o1","amount_minor":99999999999}`)}, Stack: []int{1}}})
 	require.ErrorContains(t, env.GetWorkflowError(), "clients leave it empty")
@@ -170,8 +176,88 @@ func TestSessionIsBounded(t *testing.T) {
 		big = sendTurn(env, "ss4", workflows.MaxSessionSteps/50+1, step("read_order", "o1", 1))
 	}, time.Minute)
 	env.RegisterDelayedCallback(func() { endSession(env, "succeeded") }, 2*time.Minute)
-	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss4"})
+	runSession(env, workflows.SessionStart{SessionID: "ss4"})
 	require.NoError(t, env.GetWorkflowError())
 	require.Error(t, big.rejected)
 	require.Contains(t, big.rejected.Error(), "MaxSessionSteps")
+}
+
+// A turn's requester is whoever sent it: alice's turn in bob's session says
+// "requested by alice" on its card and four eyes refuses alice's approval;
+// a turn that names nobody is the session's requester's.
+func TestSessionTurnIsRequestedByItsSender(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	var alices, bobs *turnAnswer
+	var selfApproval, bobsSelf, carolOnAlice, carolOnBob *answer
+	var aliceCard, bobCard workflows.Card
+	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
+	at(time.Second, func() {
+		alices = sendRequest(env, "ss5:1", workflows.TurnRequest{Turn: 1, RequestedBy: "alice", Steps: []plan.Step{step("refund", "o1", 90000)}})
+	})
+	at(2*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		aliceCard = q.Card
+		selfApproval = update(env, workflows.UpdateApprove, "alice-self", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "alice", Approved: true})
+	})
+	at(3*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		carolOnAlice = update(env, workflows.UpdateApprove, "carol-1", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "carol", Approved: true})
+	})
+	at(4*time.Second, func() { bobs = sendTurn(env, "ss5", 2, step("refund", "o2", 90000)) })
+	at(5*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		bobCard = q.Card
+		bobsSelf = update(env, workflows.UpdateApprove, "bob-self", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "bob", Approved: true})
+	})
+	at(6*time.Second, func() {
+		q := openQuestion(t, status(t, env))
+		carolOnBob = update(env, workflows.UpdateApprove, "carol-2", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "carol", Approved: true})
+	})
+	at(7*time.Second, func() { endSession(env, "succeeded") })
+	runSession(env, workflows.SessionStart{SessionID: "ss5", RequestedBy: "bob"})
+	require.NoError(t, env.GetWorkflowError())
+
+	require.Equal(t, "alice", aliceCard.RequestedBy, "the card names the turn's sender, not the session's starter")
+	require.ErrorContains(t, selfApproval.rejected, "four eyes", "alice cannot approve her own turn in bob's session")
+	require.NoError(t, carolOnAlice.err)
+	require.True(t, carolOnAlice.result.Applied)
+	require.Equal(t, "bob", bobCard.RequestedBy, "a turn naming nobody is the session's requester's")
+	require.ErrorContains(t, bobsSelf.rejected, "four eyes")
+	require.NoError(t, carolOnBob.err)
+	require.Equal(t, workflows.TurnWaiting, alices.result.State)
+	require.Equal(t, workflows.TurnWaiting, bobs.result.State)
+	require.Equal(t, 2, h.p.count("refund"), "each refund once, each approved by another person")
+}
+
+// The card of a new write shows the identical calls the session already
+// made: a second charge of the same order and amount, held for a person,
+// lists the first one under "already ran".
+func TestSessionCardShowsIdenticalCallsAlreadyMade(t *testing.T) {
+	h := newHarness(t)
+	env := h.env()
+	var card workflows.Card
+	held := step("charge", "o1", 100)
+	held.Hold = "suspected duplicate of ss6:1:1:charge"
+	env.RegisterDelayedCallback(func() { sendTurn(env, "ss6", 1, step("charge", "o1", 100)) }, time.Second)
+	env.RegisterDelayedCallback(func() { sendTurn(env, "ss6", 2, step("charge", "o2", 100)) }, 2*time.Second)
+	env.RegisterDelayedCallback(func() { sendTurn(env, "ss6", 3, held) }, 3*time.Second)
+	env.RegisterDelayedCallback(func() {
+		q := openQuestion(t, status(t, env))
+		card = q.Card
+		update(env, workflows.UpdateApprove, "no", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "carol", Approved: false})
+	}, 4*time.Second)
+	env.RegisterDelayedCallback(func() { endSession(env, "succeeded") }, 5*time.Second)
+	runSession(env, workflows.SessionStart{SessionID: "ss6"})
+	require.NoError(t, env.GetWorkflowError())
+	require.Len(t, card.AlreadyRan, 1, "the identical charge, not the other order's: %v", card.AlreadyRan)
+	require.Contains(t, card.AlreadyRan[0], "ss6:1:1:charge (succeeded")
+	require.Equal(t, 2, h.p.count("charge"), "the held charge was rejected")
+}
+
+// runSession runs AgentSession for in under its own workflow ID (a session
+// runs only there).
+func runSession(env *testsuite.TestWorkflowEnvironment, in workflows.SessionStart) {
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: workflows.SessionWorkflowID(in.SessionID)})
+	env.ExecuteWorkflow(workflows.SessionWorkflowName, in)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgerpg"
 	"github.com/agentsaga/agentsaga/ledger/ledgersqlite"
+	"github.com/agentsaga/agentsaga/redact"
 )
 
 // Usage says which DSNs Open understands, for flag help and errors.
@@ -28,7 +29,7 @@ func Open(ctx context.Context, dsn string) (ledger.Store, error) {
 	case strings.HasPrefix(dsn, "sqlite:"):
 		path := strings.TrimPrefix(dsn, "sqlite:")
 		if strings.HasPrefix(path, "//") {
-			return nil, fmt.Errorf("ledger DSN %q: write sqlite:PATH without slashes after the colon (sqlite:/abs/path.db or sqlite:rel/path.db)", dsn)
+			return nil, fmt.Errorf("ledger DSN %q: write sqlite:PATH without slashes after the colon (sqlite:/abs/path.db or sqlite:rel/path.db)", redact.DSN(dsn))
 		}
 		s, err := ledgersqlite.Open(ctx, path)
 		if err != nil {
@@ -43,9 +44,10 @@ func Open(ctx context.Context, dsn string) (ledger.Store, error) {
 		return s, nil
 	}
 	scheme, _, found := strings.Cut(dsn, ":")
-	if !found || dsn == "" {
-		scheme = dsn
+	if !found || strings.ContainsAny(scheme, " =") {
+		// Only a scheme is ever echoed: the rest (a key=value DSN
+		// too) may hold a password.
+		return nil, fmt.Errorf("ledger DSN is not understood (it names no scheme; key=value DSNs are not accepted): write %s", Usage)
 	}
-	// Only the scheme is echoed: the rest may hold a password.
 	return nil, fmt.Errorf("ledger DSN starting %q is not understood: write %s", scheme, Usage)
 }
