@@ -61,6 +61,9 @@ type Request struct {
 	// key): the activity's summary in the UI, kept in the ledger for other
 	// plans' approval cards.
 	Summary string `json:"summary,omitempty"`
+	// Pinned is the tool's spec as the plan pinned it (see Pinned); nil
+	// in requests of older histories, which run with the registry's spec.
+	Pinned *Pinned `json:"pinned,omitempty"`
 }
 
 // Output is what a succeeded ExecuteTool returns.
@@ -99,7 +102,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	if !ok {
 		return Output{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
-	spec := t.Spec()
+	spec := specOf(t, req)
 	call := tool.Call{Key: req.Key, Args: req.Args, Attempt: info.Attempt}
 	log := a.log().With("key", req.Key, "tool", req.Tool, "attempt", info.Attempt)
 
@@ -136,6 +139,9 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	case ledger.InFlight:
 		return Output{}, retryable(info.Attempt, string(tool.KindInFlight), "key %s is being executed by %s until %s; retry later", req.Key, op.LeaseOwner, op.LeaseUntil.Format(time.RFC3339))
 	case ledger.Final:
+		if op.Status == ledger.Compensated {
+			return Output{}, final(info.Attempt, ErrCompensated, "key %s succeeded (external id %q) and was compensated already, by an earlier run of this plan; neither the tool nor its reversal was called", req.Key, op.ExternalID)
+		}
 		return Output{}, final(info.Attempt, ErrAlreadyFinal, "key %s is %s in the ledger; the tool was not called", req.Key, op.Status)
 	case ledger.GuardRefused:
 		return Output{}, final(info.Attempt, ErrGuardRefused, "key %s refused by guard: %s", req.Key, claim.Reason)
@@ -171,7 +177,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 
 	res, err := t.Execute(ctx, call)
 	if err == nil {
-		if diff := answerDifferences(t, req.Args, res); len(diff) > 0 {
+		if diff := answerDifferences(t, spec, req.Args, res); len(diff) > 0 {
 			// An upsert by key answered with an effect someone made with
 			// other arguments: it is not this step's effect.
 			log.Warn("provider answered with an effect made with other arguments", "external_id", res.ExternalID, "differences", maskAll(diff))
@@ -190,11 +196,11 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 // an upsert by key may answer with an effect made before with other
 // arguments. Only an answer that is a JSON object is checked; a provider that
 // answers with nothing did what it was asked.
-func answerDifferences(t tool.Tool, args json.RawMessage, res tool.Result) []string {
+func answerDifferences(t tool.Tool, spec tool.Spec, args json.RawMessage, res tool.Result) []string {
 	if obj, err := tool.DecodeObject(res.Data); err != nil || len(obj) == 0 {
 		return nil
 	}
-	return tool.Differences(t, args, res)
+	return differences(t, spec, args, res)
 }
 
 // ledgerStatus is what the ledger records for a failed attempt: only a
@@ -238,6 +244,20 @@ func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spe
 	return cr
 }
 
+// providerConflict reports whether op ended because the provider answered
+// its call with a key conflict (the same key used before with other
+// arguments, such as a 422 idempotency-key mismatch).
+func providerConflict(op ledger.Operation) bool {
+	return op.Status == ledger.FailedFinal && strings.HasPrefix(op.ErrorCode, string(tool.KindConflict)+":")
+}
+
+// canMatch reports whether a found effect can be checked against a call of t:
+// the tool implements tool.Matcher or its spec declares Match fields.
+func canMatch(t tool.Tool, spec tool.Spec) bool {
+	_, ok := t.(tool.Matcher)
+	return ok || len(spec.Match) > 0
+}
+
 // executorOf names the lease holder: one attempt of one operation. Each
 // attempt is its own executor, so an attempt that outlived its timeout (a
 // zombie still talking to the provider) never shares its lease with the
@@ -251,6 +271,7 @@ func executorOf(info activity.Info, key string) string {
 // effect against req's args: one made with other arguments is Mismatch,
 // never Found.
 func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool.Lookup, error) {
+	spec := specOf(t, req)
 	rc, ok := t.(tool.Reconciler)
 	if !ok {
 		return tool.Lookup{Status: tool.Unknown}, nil
@@ -260,7 +281,7 @@ func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool
 		return look, err
 	}
 	if look.Status == tool.Found {
-		if diff := tool.Differences(t, req.Args, look.Result); len(diff) > 0 {
+		if diff := differences(t, spec, req.Args, look.Result); len(diff) > 0 {
 			look.Status, look.Differences, look.Authoritative = tool.Mismatch, diff, true
 		}
 	}
@@ -347,7 +368,7 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 	if !ok {
 		return tool.Lookup{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
-	spec := t.Spec()
+	spec := specOf(t, req)
 	// A key the ledger never claimed was never sent by this engine: ask the
 	// provider (a purge may have forgotten a real effect) but create no
 	// row, so a reconcile never leaves a phantom row holding a guard scope.
@@ -375,6 +396,14 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		look, err := a.lookup(ctx, t, req)
 		if err != nil {
 			return tool.Lookup{Status: tool.Unknown}, nil
+		}
+		if look.Status == tool.Found && providerConflict(claim.Operation) && !canMatch(t, spec) {
+			// The provider refused this call because the key was used
+			// with other arguments: what it holds is someone else's
+			// until shown otherwise, and this tool declares no way to
+			// show it. Never adopted (and so never reversed).
+			look.Status, look.Authoritative = tool.Mismatch, true
+			look.Differences = []string{fmt.Sprintf("the provider refused this call as a key conflict (%s) and %s declares no Match, so the effect it holds under the key cannot be shown to be this step's", claim.Operation.ErrorCode, req.Tool)}
 		}
 		if look.Status == tool.Mismatch && claim.Operation.Status == ledger.FailedFinal {
 			if _, terr := a.Ledger.Transition(ctx, ledger.Transition{Key: req.Key, From: []ledger.Status{ledger.FailedFinal},
@@ -462,7 +491,7 @@ func (a *Activities) CheckGuard(ctx context.Context, req Request) (GuardReport, 
 	if !ok {
 		return GuardReport{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
-	g := t.Spec().Guard
+	g := specOf(t, req).Guard
 	if g == nil {
 		return GuardReport{}, nil
 	}
