@@ -108,7 +108,7 @@ func suggest(op ledger.Operation, specs tool.Catalog) string {
 		return fmt.Sprintf("starter resolve %s --step %s --outcome %s --key FILE --note TEXT", wf, step, outcomes)
 	}
 	spec, known := specs.Spec(op.ActionType)
-	reversal := strings.HasSuffix(op.Key, ":compensate")
+	reversal := tool.IsReversalKey(op.Key)
 	switch {
 	case op.HoldReason != "":
 		return fmt.Sprintf("held before any call (%s); read the card in `%s`, then starter approve %s --step %s --override --key FILE if it must run anyway, or --reject", op.HoldReason, status, wf, step)

@@ -39,7 +39,7 @@ func (m *mcpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.http, "http", "", "serve MCP over streamable HTTP on HOST:PORT, endpoint "+mcpPath+" (loopback only unless --allow-remote; port 0 picks a free one)")
 	fs.BoolVar(&m.stdio, "stdio", false, "serve MCP over standard input and output, one session (logs go to standard error)")
 	fs.BoolVar(&m.allowRemote, "allow-remote", false, "let --http listen on a non-loopback address; the gateway does not authenticate, so put an authenticating proxy in front")
-	fs.DurationVar(&m.window, "duplicate-window", mcpgw.DefaultDuplicateWindow, "an identical write without a _meta key repeated within this window after it succeeded is held as a suspected duplicate")
+	fs.DurationVar(&m.window, "duplicate-window", mcpgw.DefaultDuplicateWindow, "an identical write without a _meta key repeated within this window after its final result was given to the client is held as a suspected duplicate (a call still waiting is read, whatever the window)")
 	fs.DurationVar(&m.timeout, "call-timeout", mcpgw.DefaultCallTimeout, "how long one tools/call waits for its turn; repeating the call later reads the same turn")
 	fs.StringVar(&m.requestedBy, "requested-by", "", "the principal behind the agent's sessions; an approval by the same name is refused (four eyes)")
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -184,6 +185,20 @@ type Reversal struct {
 
 // CompensationKey returns the key of the reversal of the call with key k.
 func CompensationKey(k string) string { return k + ":compensate" }
+
+// IsReversalKey reports whether k is the key of a reversal, of any round
+// (see ReversalRetryKey).
+func IsReversalKey(k string) bool {
+	if strings.HasSuffix(k, ":compensate") {
+		return true
+	}
+	i := strings.LastIndex(k, ":compensate:")
+	if i < 0 {
+		return false
+	}
+	n := k[i+len(":compensate:"):]
+	return n != "" && strings.Trim(n, "0123456789") == ""
+}
 
 // ReversalRetryKey returns the key of round round of the reversal of the
 // call with key k: CompensationKey(k) for round 1, then

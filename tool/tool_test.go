@@ -218,3 +218,13 @@ func TestSecretsInOtherShapesAreRefused(t *testing.T) {
 		require.NotContains(t, errs[0].Error(), "4242", in)
 	}
 }
+
+func TestIsReversalKey(t *testing.T) {
+	for k, want := range map[string]bool{
+		"s:1:1:refund:compensate": true, "s:1:1:refund:compensate:2": true, "s:1:1:refund:compensate:12": true,
+		"s:1:1:refund": false, "s:1:1:refund:compensate:": false, "s:1:1:refund:compensate:x": false, "s:1:1:refund:compensateX": false,
+	} {
+		require.Equal(t, want, tool.IsReversalKey(k), k)
+	}
+	require.True(t, tool.IsReversalKey(tool.ReversalRetryKey("s:1:1:refund", 3)))
+}

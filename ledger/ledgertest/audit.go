@@ -55,6 +55,20 @@ func testDecisions(t *testing.T, h Harness) {
 	require.True(t, ds[1].SentAt.IsZero())
 	require.Equal(t, "question q-1 is answered already", ds[2].Refused)
 
+	// A later round of the reversal ({key}:compensate:2, a person's retry
+	// of a rejected reversal) is part of the trail; keys that only share a
+	// prefix, or that LIKE would match through '_', are not.
+	id5, err := e.store.RecordDecision(e.ctx, ledger.DecisionRecord{Key: "s1:1:0:apply_refund:compensate:2", Kind: "resolve", By: "dave", Outcome: "retry"})
+	require.NoError(t, err)
+	for _, other := range []string{"s1:1:0:apply_refund:compensateX", "s1:1:0:applyXrefund:compensate:2", "s1:1:0:apply_refund2"} {
+		_, err = e.store.RecordDecision(e.ctx, ledger.DecisionRecord{Key: other, Kind: "resolve", By: "eve", Outcome: "retry"})
+		require.NoError(t, err)
+	}
+	ds, err = e.store.Decisions(e.ctx, "s1:1:0:apply_refund")
+	require.NoError(t, err)
+	require.Len(t, ds, 4)
+	require.Equal(t, id5, ds[3].ID, "a later reversal round's decision is in the trail")
+
 	none, err := e.store.Decisions(e.ctx, "unknown-key")
 	require.NoError(t, err)
 	require.Empty(t, none)
@@ -68,14 +82,14 @@ func testDecisions(t *testing.T, h Harness) {
 	db := e.db()
 	var count int
 	require.NoError(t, db.QueryRowContext(e.ctx, `SELECT COUNT(*) FROM decisions`).Scan(&count))
-	require.Equal(t, 4, count)
+	require.Equal(t, 8, count)
 	_, err = db.ExecContext(e.ctx, `UPDATE decisions SET decided_by = 'mallory'`)
 	require.ErrorContains(t, err, "append-only")
 	_, err = db.ExecContext(e.ctx, `DELETE FROM decisions`)
 	require.ErrorContains(t, err, "append-only")
 	ds, err = e.store.Decisions(e.ctx, "s1:1:0:apply_refund")
 	require.NoError(t, err)
-	require.Len(t, ds, 3)
+	require.Len(t, ds, 4)
 	require.Equal(t, "alice", ds[0].By)
 
 	_, err = e.store.RecordDecision(e.ctx, ledger.DecisionRecord{Key: "k"})

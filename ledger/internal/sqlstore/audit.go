@@ -29,10 +29,20 @@ func (s *Store) RecordDecision(ctx context.Context, d ledger.DecisionRecord) (in
 	return id, nil
 }
 
+// decisionKeys are the arguments of the decisions query for key: the key,
+// its reversal ({key}:compensate) and the range holding every later round of
+// its reversal ({key}:compensate:2, :3, ...: tool.ReversalRetryKey), from
+// "{key}:compensate:" up to ":" + 1 (a range, not LIKE, so '_' and '%' in
+// keys mean themselves and the index is used).
+func decisionKeys(key string) []any {
+	round := key + compensateSuffix + ":"
+	return []any{key, key + compensateSuffix, round, key + compensateSuffix + ";"}
+}
+
 // Decisions implements ledger.Store.
 func (s *Store) Decisions(ctx context.Context, key string) ([]ledger.DecisionRecord, error) {
 	key = cleanText(key)
-	rows, err := s.db.QueryContext(ctx, s.q.decisions, key, key+compensateSuffix)
+	rows, err := s.db.QueryContext(ctx, s.q.decisions, decisionKeys(key)...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger decisions of %q: %w", key, err)
 	}

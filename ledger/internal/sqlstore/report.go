@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/ledger"
+
+	"github.com/agentsaga/agentsaga/tool"
 )
 
 // Report implements ledger.Store. It only reads: the per-tool figures are
@@ -224,7 +226,7 @@ func (s *Store) reportHumans(ctx context.Context, rep *ledger.Report) error {
 // workflow writes (q{n}-step{n}-{kind}) when it says, else from the
 // decision and the row.
 func whyOf(key, kind, question string, held bool) string {
-	if strings.HasSuffix(key, compensateSuffix) {
+	if tool.IsReversalKey(key) {
 		return whyReversal
 	}
 	if held {

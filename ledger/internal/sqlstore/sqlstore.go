@@ -278,7 +278,7 @@ func newQueries(expand func(string) string) queries {
 			VALUES (?, ?, ?, ?, ?, ?, {time}, COALESCE({time}, {now}), ?, ?, ?, ?, ?, {time}) RETURNING id`),
 		decisions: expand(`SELECT id, question_id, operation_key, workflow_id, kind, decided_by, verified, sent_at,
 			applied_at, card, outcome, external_id, note, refused, opened_at
-			FROM decisions WHERE operation_key IN (?, ?) ORDER BY id`),
+			FROM decisions WHERE operation_key IN (?, ?) OR (operation_key > ? AND operation_key < ?) ORDER BY id`),
 	}
 }
 
@@ -923,7 +923,7 @@ func IndexedQueries(s *Store) []IndexedQuery {
 		{"holders", s.q.holders, []any{"refund-per-order:o-1", "k"}, "operations_scope"},
 		{"in scope", s.q.inScope, []any{"refund-per-order:o-1", 10}, "operations_scope"},
 		{"duplicate", s.q.duplicate, []any{now, "apply_refund", "order:o-1", "ab12", "k", now, int64(-1e9)}, "operations_duplicate"},
-		{"decisions", s.q.decisions, []any{"k", "k" + compensateSuffix}, "decisions_operation"},
+		{"decisions", s.q.decisions, decisionKeys("k"), "decisions_operation"},
 		{"permit", s.q.permit, []any{"q-1"}, "permits_pkey|sqlite_autoindex_permits_1"},
 		{"exceptions", s.q.exceptions, []any{now, int64(-1e9), now, int64(0)}, "operations_exceptions"},
 		{"stuck leases", s.q.exceptions, []any{now, int64(-1e9), now, int64(0)}, "operations_leases"},
