@@ -228,7 +228,7 @@ func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spe
 		RequestID:   req.RequestID,
 		Executor:    executor,
 		Lease:       spec.Timeout + leaseGrace,
-		Summary:     req.Summary,
+		Summary:     storedSummary(req.Summary),
 	}
 	if g := spec.Guard; g != nil {
 		cr.GuardScope = g.ScopeKey(req.Args)
@@ -302,7 +302,7 @@ func (a *Activities) complete(ctx context.Context, req Request, executor string,
 	result := redact.JSON(res.Data)
 	op, err := a.Ledger.Complete(ctx, ledger.Completion{
 		Key: req.Key, Executor: executor, Status: st,
-		ExternalID: res.ExternalID, Result: result, ErrorCode: code,
+		ExternalID: res.ExternalID, Result: storedResult(result), ErrorCode: code,
 	})
 	if err != nil {
 		a.log().Warn("ledger complete failed; retrying without the result", "key", req.Key, "status", st, "external_id", res.ExternalID, "err", redact.String(err.Error()))
@@ -318,9 +318,11 @@ func (a *Activities) complete(ctx context.Context, req Request, executor string,
 	if out.ExternalID == "" {
 		out.ExternalID = res.ExternalID
 	}
-	out.Result = redact.JSON(op.Result)
-	if len(out.Result) == 0 {
-		out.Result = result
+	// The workflow gets this call's whole (masked) result; the ledger's
+	// (without free text) only when another attempt's completion stands.
+	out.Result = result
+	if len(result) == 0 || (op.ExternalID != "" && op.ExternalID != res.ExternalID) {
+		out.Result = redact.JSON(op.Result)
 	}
 	return out, nil
 }
