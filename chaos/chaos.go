@@ -517,7 +517,7 @@ func (r *runner) drive(ctx context.Context, ps *PlanSpec, done func()) {
 		r.mu.Unlock()
 	}
 	if ps.Early {
-		r.early(ctx, ps)
+		r.early(ctx, ps, runs[0])
 	}
 
 	type result struct {
@@ -577,9 +577,10 @@ func (r *runner) startPlan(ctx context.Context, p plan.Plan) (string, error) {
 }
 
 // early sends the approval of the plan's first approval step under the id
-// its question will have, before the question can be open: the workflow
-// must refuse it (or, when the question opened already, apply it once).
-func (r *runner) early(ctx context.Context, ps *PlanSpec) {
+// its question will have, for the run just started, before the question can
+// be open: the workflow must refuse it (or, when the question opened
+// already, apply it once).
+func (r *runner) early(ctx context.Context, ps *PlanSpec, runID string) {
 	for n := 1; n <= len(ps.Plan.Steps); n++ {
 		if !approvalStep(ps.Plan, n) {
 			continue
@@ -589,7 +590,7 @@ func (r *runner) early(ctx context.Context, ps *PlanSpec) {
 			return
 		}
 		_, err = r.st.Plans.Approve(ctx, ps.Plan.WorkflowID(), workflows.ApproveSignal{
-			Step: n, QuestionID: fmt.Sprintf("q1-step%d-approval", n), Fingerprint: fp, By: "chaos-early", Approved: true, Reason: "sent before the question opened",
+			Step: n, QuestionID: fmt.Sprintf("q1-step%d-approval", n), RunID: runID, Fingerprint: fp, By: "chaos-early", Approved: true, Reason: "sent before the question opened",
 		})
 		var rej *sagaclient.RejectedError
 		switch {
