@@ -125,6 +125,8 @@ export interface Status {
   turn: number;
   request_id?: string;
   plan_fingerprint: string;
+  /** The run the open questions belong to: a decision names it. */
+  run_id?: string;
   state: string;
   error?: string;
   steps: StepStatus[] | null;
@@ -135,11 +137,15 @@ export interface Status {
 export interface ApproveSignal {
   step: number;
   question_id?: string;
+  /** The run the question belongs to (status.run_id); required when signed. */
+  run_id?: string;
   fingerprint: string;
   by: string;
   approved: boolean;
   override?: boolean;
   reason?: string;
+  /** When the decision was sent (RFC 3339); the result names the applied one's. */
+  sent_at?: string;
 }
 
 export interface DecisionResult {
@@ -147,6 +153,8 @@ export interface DecisionResult {
   applied: boolean;
   by: string;
   verified: boolean;
+  /** sent_at of the decision that was applied: another one means this decision was a repeat. */
+  sent_at?: string;
   message: string;
 }
 

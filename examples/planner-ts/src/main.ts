@@ -158,16 +158,28 @@ async function runPlan(client: Client, c: Config): Promise<Status> {
   expect(q.answers.includes('approve'), 'the question may be answered approve', q.answers);
   log(`question ${q.id}: ${q.card.change} ${q.card.amount} (${q.card.rule})`);
 
-  const approve: ApproveSignal = {
-    step: q.step, question_id: q.id, fingerprint: q.fingerprint, by: 'ts-operator', approved: true, reason: 'customer verified by phone',
+  const decisionUpdate = decisionUpdateID(q.id, 'ts-operator', 'approve');
+  // One decision: the Update ID is made from the question and the answer, so
+  // a second click is the same Update, and Temporal answers it with the
+  // first result; that result names the sent_at it applied, so a click whose
+  // own sent_at differs knows it was a repeat.
+  const decide = async (at: Date): Promise<DecisionResult> => {
+    const approve: ApproveSignal = {
+      step: q.step, question_id: q.id, run_id: waiting.run_id, fingerprint: q.fingerprint, by: 'ts-operator', approved: true,
+      reason: 'customer verified by phone', sent_at: at.toISOString(),
+    };
+    const r = await handle.executeUpdate<DecisionResult, [ApproveSignal]>(UPDATE_APPROVE, { args: [approve], updateId: decisionUpdate });
+    if (r.applied && r.sent_at !== undefined && r.sent_at !== '' && Date.parse(r.sent_at) !== Date.parse(approve.sent_at ?? '')) {
+      return { ...r, applied: false, message: `already applied: ${r.message}` };
+    }
+    return r;
   };
-  const decisionUpdate = decisionUpdateID(q.id, approve.by, 'approve');
-  const decision = await handle.executeUpdate<DecisionResult, [ApproveSignal]>(UPDATE_APPROVE, {
-    args: [approve],
-    updateId: decisionUpdate,
-  });
+  const clicked = new Date();
+  const decision = await decide(clicked);
   expect(decision.applied && decision.question_id === q.id && decision.by === 'ts-operator',
     `the approval of ${q.id} by ts-operator was applied`, decision);
+  const again = await decide(new Date(clicked.getTime() + 1000)); // the second click, a second later
+  expect(!again.applied && again.question_id === q.id, `a second click on ${q.id} reports not applied`, again);
 
   const result = (await handle.result()) as Status;
   const step = (result.steps ?? [])[0];
