@@ -34,6 +34,7 @@ import (
 	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/devserver"
 	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/internal/version"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/redact"
@@ -74,11 +75,16 @@ func run(ctx context.Context, args []string) error {
 	operatorsFile := fs.String("operators", os.Getenv(config.EnvOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+config.EnvOperators+"; without it typed names are recorded as unverified)")
 	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+" (moving with --port); \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
 	verbose := fs.Bool("v", false, "log every tool call")
+	showVersion := fs.Bool("version", false, "print which agentsaga this is and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // the flags were printed
 		}
 		return usageError{err}
+	}
+	if *showVersion {
+		fmt.Println(version.Line())
+		return nil
 	}
 	if *dev {
 		follow := func(base int) int { // a port that moves with --port
