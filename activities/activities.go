@@ -61,6 +61,9 @@ type Request struct {
 	// key): the activity's summary in the UI, kept in the ledger for other
 	// plans' approval cards.
 	Summary string `json:"summary,omitempty"`
+	// Pinned is the tool's spec as the plan pinned it (see Pinned); nil
+	// in requests of older histories, which run with the registry's spec.
+	Pinned *Pinned `json:"pinned,omitempty"`
 }
 
 // Output is what a succeeded ExecuteTool returns.
@@ -99,7 +102,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	if !ok {
 		return Output{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
-	spec := t.Spec()
+	spec := specOf(t, req)
 	call := tool.Call{Key: req.Key, Args: req.Args, Attempt: info.Attempt}
 	log := a.log().With("key", req.Key, "tool", req.Tool, "attempt", info.Attempt)
 
@@ -136,11 +139,16 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	case ledger.InFlight:
 		return Output{}, retryable(info.Attempt, string(tool.KindInFlight), "key %s is being executed by %s until %s; retry later", req.Key, op.LeaseOwner, op.LeaseUntil.Format(time.RFC3339))
 	case ledger.Final:
+		if op.Status == ledger.Compensated {
+			return Output{}, final(info.Attempt, ErrCompensated, "key %s succeeded (external id %q) and was compensated already, by an earlier run of this plan; neither the tool nor its reversal was called", req.Key, op.ExternalID)
+		}
 		return Output{}, final(info.Attempt, ErrAlreadyFinal, "key %s is %s in the ledger; the tool was not called", req.Key, op.Status)
 	case ledger.GuardRefused:
 		return Output{}, final(info.Attempt, ErrGuardRefused, "key %s refused by guard: %s", req.Key, claim.Reason)
 	case ledger.Held:
 		return Output{}, final(info.Attempt, ErrHeld, "key %s held for approval: %s", req.Key, claim.Reason)
+	case ledger.ClashUnseen:
+		return Output{}, final(info.Attempt, ErrClashUnseen, "key %s: the approval does not cover the guard as it is now, the tool was not called: %s", req.Key, claim.Reason)
 	case ledger.NoPermit:
 		return Output{}, final(info.Attempt, ErrNoPermit, "key %s: the ledger refused permit %q (missing, for another key or request, or used already): %s; the tool was not called", req.Key, req.PermitID, claim.Reason)
 	case ledger.ReconcileFirst:
@@ -169,7 +177,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 
 	res, err := t.Execute(ctx, call)
 	if err == nil {
-		if diff := answerDifferences(t, req.Args, res); len(diff) > 0 {
+		if diff := answerDifferences(t, spec, req.Args, res); len(diff) > 0 {
 			// An upsert by key answered with an effect someone made with
 			// other arguments: it is not this step's effect.
 			log.Warn("provider answered with an effect made with other arguments", "external_id", res.ExternalID, "differences", maskAll(diff))
@@ -188,11 +196,11 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 // an upsert by key may answer with an effect made before with other
 // arguments. Only an answer that is a JSON object is checked; a provider that
 // answers with nothing did what it was asked.
-func answerDifferences(t tool.Tool, args json.RawMessage, res tool.Result) []string {
+func answerDifferences(t tool.Tool, spec tool.Spec, args json.RawMessage, res tool.Result) []string {
 	if obj, err := tool.DecodeObject(res.Data); err != nil || len(obj) == 0 {
 		return nil
 	}
-	return tool.Differences(t, args, res)
+	return differences(t, spec, args, res)
 }
 
 // ledgerStatus is what the ledger records for a failed attempt: only a
@@ -236,6 +244,20 @@ func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spe
 	return cr
 }
 
+// providerConflict reports whether op ended because the provider answered
+// its call with a key conflict (the same key used before with other
+// arguments, such as a 422 idempotency-key mismatch).
+func providerConflict(op ledger.Operation) bool {
+	return op.Status == ledger.FailedFinal && strings.HasPrefix(op.ErrorCode, string(tool.KindConflict)+":")
+}
+
+// canMatch reports whether a found effect can be checked against a call of t:
+// the tool implements tool.Matcher or its spec declares Match fields.
+func canMatch(t tool.Tool, spec tool.Spec) bool {
+	_, ok := t.(tool.Matcher)
+	return ok || len(spec.Match) > 0
+}
+
 // executorOf names the lease holder: one attempt of one operation. Each
 // attempt is its own executor, so an attempt that outlived its timeout (a
 // zombie still talking to the provider) never shares its lease with the
@@ -249,6 +271,7 @@ func executorOf(info activity.Info, key string) string {
 // effect against req's args: one made with other arguments is Mismatch,
 // never Found.
 func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool.Lookup, error) {
+	spec := specOf(t, req)
 	rc, ok := t.(tool.Reconciler)
 	if !ok {
 		return tool.Lookup{Status: tool.Unknown}, nil
@@ -258,7 +281,7 @@ func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool
 		return look, err
 	}
 	if look.Status == tool.Found {
-		if diff := tool.Differences(t, req.Args, look.Result); len(diff) > 0 {
+		if diff := differences(t, spec, req.Args, look.Result); len(diff) > 0 {
 			look.Status, look.Differences, look.Authoritative = tool.Mismatch, diff, true
 		}
 	}
@@ -270,8 +293,12 @@ func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool
 // and error code (the parts a database may refuse, such as a NUL byte); if
 // that fails too, the activity fails at once as UNKNOWN naming the cause and
 // the external id: the workflow reconciles by key (after this attempt's lease
-// expires) and never calls again blindly.
+// expires) and never calls again blindly. The writes run on recordContext:
+// a worker stopping, or the activity's time running out, after the provider
+// answered does not lose the answer.
 func (a *Activities) complete(ctx context.Context, req Request, executor string, st ledger.Status, res tool.Result, code string, out Output) (Output, error) {
+	ctx, cancel := recordContext(ctx)
+	defer cancel()
 	result := redact.JSON(res.Data)
 	op, err := a.Ledger.Complete(ctx, ledger.Completion{
 		Key: req.Key, Executor: executor, Status: st,
@@ -320,6 +347,8 @@ func maskAll(texts []string) []string {
 }
 
 func (a *Activities) completeQuietly(ctx context.Context, req Request, executor string, st ledger.Status, code string) {
+	ctx, cancel := recordContext(ctx)
+	defer cancel()
 	code = redact.String(code)
 	if _, err := a.Ledger.Complete(ctx, ledger.Completion{Key: req.Key, Executor: executor, Status: st, ErrorCode: code}); err != nil {
 		// The lease expires and the next claimer reconciles first.
@@ -339,7 +368,7 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 	if !ok {
 		return tool.Lookup{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
-	spec := t.Spec()
+	spec := specOf(t, req)
 	// A key the ledger never claimed was never sent by this engine: ask the
 	// provider (a purge may have forgotten a real effect) but create no
 	// row, so a reconcile never leaves a phantom row holding a guard scope.
@@ -367,6 +396,14 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		look, err := a.lookup(ctx, t, req)
 		if err != nil {
 			return tool.Lookup{Status: tool.Unknown}, nil
+		}
+		if look.Status == tool.Found && providerConflict(claim.Operation) && !canMatch(t, spec) {
+			// The provider refused this call because the key was used
+			// with other arguments: what it holds is someone else's
+			// until shown otherwise, and this tool declares no way to
+			// show it. Never adopted (and so never reversed).
+			look.Status, look.Authoritative = tool.Mismatch, true
+			look.Differences = []string{fmt.Sprintf("the provider refused this call as a key conflict (%s) and %s declares no Match, so the effect it holds under the key cannot be shown to be this step's", claim.Operation.ErrorCode, req.Tool)}
 		}
 		if look.Status == tool.Mismatch && claim.Operation.Status == ledger.FailedFinal {
 			if _, terr := a.Ledger.Transition(ctx, ledger.Transition{Key: req.Key, From: []ledger.Status{ledger.FailedFinal},
@@ -437,6 +474,10 @@ type GuardReport struct {
 	// Others are the other operations of the scope, any state, newest
 	// first, at most 10 (the request's own key excluded).
 	Others []ledger.Operation `json:"others,omitempty"`
+	// Holders are the keys of every operation that holds the scope (all
+	// of them are in Others); an override permit granted on this card names
+	// them (ledger.Permit.Holders).
+	Holders []string `json:"holders,omitempty"`
 }
 
 // maxOthers is how many other operations a GuardReport lists.
@@ -450,7 +491,7 @@ func (a *Activities) CheckGuard(ctx context.Context, req Request) (GuardReport, 
 	if !ok {
 		return GuardReport{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
-	g := t.Spec().Guard
+	g := specOf(t, req).Guard
 	if g == nil {
 		return GuardReport{}, nil
 	}
@@ -471,6 +512,7 @@ func (a *Activities) CheckGuard(ctx context.Context, req Request) (GuardReport, 
 			rep.Others = append(rep.Others, op)
 		}
 	}
+	rep.Holders, rep.Others = cardHolders(ops, req.Key, rep.Others)
 	return rep, nil
 }
 

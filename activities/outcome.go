@@ -31,6 +31,10 @@ const (
 	// ErrAlreadyFinal: the ledger holds a final or human-owned state for the
 	// key; the tool was not called.
 	ErrAlreadyFinal = "AlreadyFinal"
+	// ErrCompensated: the ledger says the key succeeded and was
+	// compensated already (a reset, or another run of the same plan,
+	// replays it); neither the tool nor its reversal was called. Final.
+	ErrCompensated = "AlreadyCompensated"
 	// ErrNotRegistered: this worker has no such tool.
 	ErrNotRegistered = "ToolNotRegistered"
 	// ErrLedger: the ledger could not be reached or could not record; the
@@ -132,7 +136,7 @@ func IsUnknown(err error) bool {
 		return true // a failure we cannot explain is never a proven failure
 	}
 	switch ae.Type() {
-	case ErrRejected, ErrConflict, ErrHeld, ErrGuardRefused, ErrAlreadyFinal, ErrNotRegistered, ErrNoPermit, ErrRecordRefused, string(tool.KindNotSent):
+	case ErrRejected, ErrConflict, ErrHeld, ErrGuardRefused, ErrAlreadyFinal, ErrCompensated, ErrNotRegistered, ErrNoPermit, ErrRecordRefused, ErrClashUnseen, string(tool.KindNotSent):
 		return false
 	}
 	return true

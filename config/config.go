@@ -24,18 +24,21 @@ import (
 // Environment variable names. TEMPORAL_* follow the Temporal SDK's
 // environment configuration; AGENTSAGA_* are the product's own.
 const (
-	EnvAddress    = "TEMPORAL_ADDRESS"
-	EnvNamespace  = "TEMPORAL_NAMESPACE"
-	EnvAPIKey     = "TEMPORAL_API_KEY"
-	EnvTLS        = "TEMPORAL_TLS"
-	EnvTLSCert    = "TEMPORAL_TLS_CLIENT_CERT_PATH"
-	EnvTLSKey     = "TEMPORAL_TLS_CLIENT_KEY_PATH"
-	EnvTLSCA      = "TEMPORAL_TLS_SERVER_CA_CERT_PATH"
-	EnvTLSServer  = "TEMPORAL_TLS_SERVER_NAME"
-	EnvTaskQueue  = "AGENTSAGA_TASK_QUEUE"
-	EnvLedger     = "AGENTSAGA_LEDGER"
-	EnvSandboxURL = "AGENTSAGA_SANDBOX_URL"
-	EnvDataDir    = "AGENTSAGA_DATA_DIR"
+	EnvAddress = "TEMPORAL_ADDRESS"
+	// EnvAllowPlaintext=true makes a worker with codec keys accept
+	// payloads that clients sent unencrypted.
+	EnvAllowPlaintext = "AGENTSAGA_ALLOW_PLAINTEXT_PAYLOADS"
+	EnvNamespace      = "TEMPORAL_NAMESPACE"
+	EnvAPIKey         = "TEMPORAL_API_KEY"
+	EnvTLS            = "TEMPORAL_TLS"
+	EnvTLSCert        = "TEMPORAL_TLS_CLIENT_CERT_PATH"
+	EnvTLSKey         = "TEMPORAL_TLS_CLIENT_KEY_PATH"
+	EnvTLSCA          = "TEMPORAL_TLS_SERVER_CA_CERT_PATH"
+	EnvTLSServer      = "TEMPORAL_TLS_SERVER_NAME"
+	EnvTaskQueue      = "AGENTSAGA_TASK_QUEUE"
+	EnvLedger         = "AGENTSAGA_LEDGER"
+	EnvSandboxURL     = "AGENTSAGA_SANDBOX_URL"
+	EnvDataDir        = "AGENTSAGA_DATA_DIR"
 	// EnvOperators names the operators file (see package operators).
 	EnvOperators = "AGENTSAGA_OPERATORS"
 	// EnvMetricsAddr is where the worker serves Prometheus metrics.

@@ -11,11 +11,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/agentsaga/agentsaga/config"
+	"github.com/agentsaga/agentsaga/demotools"
+	"github.com/agentsaga/agentsaga/sagaworker"
 )
 
 const repoRoot = ".."
@@ -306,4 +309,22 @@ func goModVersion(t *testing.T) string {
 	}
 	t.Fatalf("go.mod has no go line")
 	return ""
+}
+
+// The worker's container gets the time a graceful stop needs: docker
+// compose's SIGKILL must not cut off tool calls the worker lets finish
+// (sagaworker.StopTimeout of the tools it runs), with a few seconds to exit.
+func TestComposeWorkerStopGracePeriod(t *testing.T) {
+	tools, err := demotools.Registry(demotools.SandboxConfig("http://sandbox:8090"))
+	if err != nil {
+		t.Fatalf("demo tools: %v", err)
+	}
+	want := sagaworker.StopTimeout(tools.Specs()) + 5*time.Second
+	grace := mustLoad(t).Services["worker"].StopGracePeriod
+	if grace == nil {
+		t.Fatalf("worker has no stop_grace_period: docker compose kills it 10s after SIGTERM; give it at least %s", want)
+	}
+	if got := time.Duration(*grace); got < want {
+		t.Errorf("worker stop_grace_period = %s, want at least %s (sagaworker.StopTimeout plus 5s to exit)", got, want)
+	}
 }

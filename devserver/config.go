@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/server/temporal"
 
 	"github.com/agentsaga/agentsaga/internal/loopback"
+	"github.com/agentsaga/agentsaga/internal/privfile"
 )
 
 const (
@@ -197,14 +198,21 @@ func prepareStore(opts Options) (*config.SQL, error) {
 		// The database is temporal.db plus temporal.db-wal and -shm: copy
 		// the three together, or stop the server first (it checkpoints).
 		sqlCfg.ConnectAttributes = map[string]string{"mode": "rwc", "journal_mode": "wal", "synchronous": "full"}
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		_, statErr := os.Stat(path)
+		if statErr != nil && !errors.Is(statErr, fs.ErrNotExist) {
+			return nil, fmt.Errorf("devserver: check the database file: %w", statErr)
+		}
+		// Histories are customer data: the file (and with it its -wal and
+		// -shm) is owner-only, whatever the directory or the umask.
+		if err := privfile.Ensure(path); err != nil {
+			return nil, fmt.Errorf("devserver: %w", err)
+		}
+		if errors.Is(statErr, fs.ErrNotExist) {
 			if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
 				// Leave no half-made file behind: the next start would take it for a database.
 				_ = os.Remove(path)
 				return nil, fmt.Errorf("devserver: create the Temporal schema in %s: %w", path, err)
 			}
-		} else if err != nil {
-			return nil, fmt.Errorf("devserver: check the database file: %w", err)
 		}
 	}
 

@@ -81,6 +81,9 @@ type Options struct {
 	// CodecAddr is where the codec server listens; empty picks a free port
 	// on 127.0.0.1.
 	CodecAddr string
+	// AllowPlaintext makes the stack's worker accept payloads that clients
+	// sent unencrypted (by default a stack with keys refuses them).
+	AllowPlaintext bool
 	// MetricsAddr, when set, serves the worker's Prometheus metrics at
 	// http://MetricsAddr/metrics (port 0 picks a free one; see
 	// Stack.MetricsURL). Empty serves none.
@@ -225,7 +228,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			st.MetricsURL = st.metrics.URL()
 		}
 	}
-	codec.ClientOptions(&copts, st.Keyring)
+	codec.WorkerClientOptions(&copts, st.Keyring, o.AllowPlaintext)
 	st.DataConverter = copts.DataConverter
 	st.Client, err = client.Dial(copts)
 	if err != nil {

@@ -11,7 +11,8 @@
 //
 //   - A human approval is a Permit: single-use, bound to one key and request
 //     hash, consumed in the transaction of the claim that starts the call.
-//     Retries of a started call need no permit and consume none.
+//     Retries of a started call need no permit and consume none. An
+//     override covers only the guard holders its card showed.
 //   - Leases follow the database's clock on PostgreSQL, so a worker whose
 //     clock runs ahead cannot take over a live lease.
 //   - A guard scope is held by every active operation in it, including a
@@ -93,19 +94,31 @@ const (
 	// NoPermit: the request names a permit that does not exist, belongs to
 	// another key or request hash, or was consumed already. Do not call.
 	NoPermit Verdict = "no_permit"
+	// ClashUnseen: the request's override permit was granted on a card that
+	// did not show every operation holding the guard scope now (one started
+	// after the card was drawn). Do not call: ask again with a fresh card.
+	// Nothing is stored or consumed; a held row stays held.
+	ClashUnseen Verdict = "clash_unseen"
 )
 
 // Permit is a human's approval of one operation: single-use, bound to the
-// key, the request hash and the policy that asked, consumed by the claim that
-// starts the call.
+// key and the request hash, consumed by the claim that starts the call. An
+// override permit is also bound to the guard holders its card showed.
 type Permit struct {
 	ID          string // the question id the approval answered
 	Key         string
 	RequestHash string
-	Policy      string // the rule that asked, such as "amount_minor > 50000"
+	// Policy is the rule that asked, such as "amount_minor > 50000",
+	// recorded for the audit. A claim does not check it: the claim does not
+	// know the rules; the request hash binds the arguments they judged.
+	Policy string
 	// Override lets the call through a guard clash or a suspected
 	// duplicate that was shown to the approver.
-	Override   bool
+	Override bool
+	// Holders are the keys of the operations that held the guard scope on
+	// the card the approver saw. An override lets the call through a clash
+	// with these only: a claim finding another holder gives ClashUnseen.
+	Holders    []string
 	By         string
 	GrantedAt  time.Time
 	ConsumedAt time.Time // zero until a claim consumes it
@@ -171,7 +184,8 @@ type ClaimRequest struct {
 	// call consumes it in the same transaction; a missing, stale, foreign
 	// or already consumed permit gives verdict NoPermit and nothing runs.
 	// A permit lets a guard clash or a suspected duplicate through only
-	// when it was granted with Override.
+	// when it was granted with Override, and a guard clash only with the
+	// holders it names (Permit.Holders); another holder gives ClashUnseen.
 	PermitID string
 	// Summary is one line for people, nothing secret: tool, object and
 	// amount ("apply_refund order_id ord_1001 129.00 EUR"). Shown on other
@@ -183,7 +197,7 @@ type ClaimRequest struct {
 type Claim struct {
 	Verdict   Verdict
 	Operation Operation // the row after the claim
-	Reason    string    // for Conflict, GuardRefused and Held: why, for people
+	Reason    string    // for Conflict, GuardRefused, Held, NoPermit and ClashUnseen: why, for people
 }
 
 // Operation is one row of the ledger.

@@ -22,10 +22,11 @@
 // The CLI (or any client) signs each decision with the operator's key:
 // Sign(key, decision.SigningBytes(workflowID)). The signed bytes are a
 // versioned encoding of the workflow ID, the kind of decision and every field
-// of the decision except the signature (question id, step, fingerprint,
-// answer, note, who, when sent), so a signature answers exactly one question
-// of one plan with one answer and cannot be replayed onto another question,
-// another plan or another answer. The workflow's Update validator calls
+// of the decision except the signature (question id, run id, step,
+// fingerprint, answer, note, who, when sent), so a signature answers exactly
+// one question of one run of one plan with one answer and cannot be replayed
+// onto another question, another run (a reset, or a second run of the same
+// workflow ID asking the same question id), another plan or another answer. The workflow's Update validator calls
 // Keyring.Verify(by, action, msg, sig): an unknown operator, an operator not
 // allowed to take the action, a missing, malformed or wrong signature are
 // refused with an error that says what to do, and the decision is rejected
@@ -52,7 +53,10 @@
 // # Limits
 //
 // Operator names are 1 to 64 printable characters (no control characters,
-// no spaces at either end). Public keys are 32-byte Ed25519 keys in standard
+// no spaces at either end, no invisible or formatting characters: see
+// CheckIdentity). Two names are one identity when their Canonical forms
+// (Unicode NFC, case folded) agree: the operators file refuses such a pair,
+// and four eyes compares a decider with a plan's requester so. Public keys are 32-byte Ed25519 keys in standard
 // base64; signatures are 64 bytes in standard base64 with canonical padding.
 // A public key may belong to one operator only. Revoking an operator is
 // removing their entry and restarting the worker; decisions already applied

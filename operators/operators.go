@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -73,7 +72,8 @@ type Keyring struct {
 }
 
 // ValidName reports whether name is 1 to MaxNameLen printable characters,
-// valid UTF-8, without spaces at either end.
+// valid UTF-8, without spaces at either end and without invisible
+// characters (see ErrInvisible).
 func ValidName(name string) error {
 	n := utf8.RuneCountInString(name)
 	switch {
@@ -87,8 +87,8 @@ func ValidName(name string) error {
 		return fmt.Errorf("%w: it starts or ends with a space", ErrBadName)
 	}
 	for _, r := range name {
-		if !unicode.IsPrint(r) {
-			return fmt.Errorf("%w: it holds the unprintable character %U", ErrBadName, r)
+		if invisible(r) {
+			return fmt.Errorf("%w: it holds the unprintable or invisible character %U", ErrBadName, r)
 		}
 	}
 	return nil
@@ -106,8 +106,14 @@ func Load(path string) (*Keyring, error) {
 		return nil, fmt.Errorf("open operators file: %w", err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && runtime.GOOS != "windows" && fi.Mode().Perm()&0o002 != 0 {
-		return nil, fmt.Errorf("operators file %s is writable by everyone (mode %v): anyone could add themselves; run chmod o-w %s", path, fi.Mode().Perm(), path)
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat operators file %s: %w", path, err)
+	}
+	// As ssh does for authorized_keys: a file others than its owner may
+	// write lets them add themselves as operators.
+	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("operators file %s is writable by others than its owner (mode %v): they could add themselves as operators; run chmod go-w %s", path, fi.Mode().Perm(), path)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
@@ -140,6 +146,8 @@ func Parse(data []byte) (*Keyring, error) {
 	var problems []string
 	k := &Keyring{ops: map[string]entry{}}
 	keyOwner := map[string]string{}
+	canonical := map[string]string{} // Canonical(name) -> name
+
 	for i, o := range f.Operators {
 		at := fmt.Sprintf("operators[%d]", i)
 		if err := ValidName(o.Name); err != nil {
@@ -147,8 +155,8 @@ func Parse(data []byte) (*Keyring, error) {
 			continue
 		}
 		at = fmt.Sprintf("operators[%d] (%s)", i, o.Name)
-		if _, dup := k.ops[o.Name]; dup {
-			problems = append(problems, at+": the name is listed twice")
+		if prev, dup := canonical[Canonical(o.Name)]; dup {
+			problems = append(problems, fmt.Sprintf("%s: the name is listed twice (as %q; names are compared in Unicode NFC, case folded)", at, prev))
 			continue
 		}
 		raw, err := base64.StdEncoding.Strict().DecodeString(o.PublicKey)
@@ -173,6 +181,7 @@ func Parse(data []byte) (*Keyring, error) {
 			may[a] = true
 		}
 		keyOwner[string(raw)] = o.Name
+		canonical[Canonical(o.Name)] = o.Name
 		k.ops[o.Name] = entry{pub: ed25519.PublicKey(raw), may: may}
 	}
 	if len(problems) > 0 {

@@ -178,7 +178,7 @@ func TestKeyFileRoundTripAndPermissions(t *testing.T) {
 	require.Equal(t, "", Sign(nil, msg))
 }
 
-func TestLoadRefusesWorldWritableFile(t *testing.T) {
+func TestLoadRefusesAFileOthersMayWrite(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "operators.json")
 	b, _ := json.Marshal(File{Operators: []Operator{seeded(t, "alice", 1).Entry()}})
@@ -186,9 +186,12 @@ func TestLoadRefusesWorldWritableFile(t *testing.T) {
 	k, err := Load(path)
 	require.NoError(t, err)
 	require.Equal(t, []string{"alice"}, k.Names())
-	require.NoError(t, os.Chmod(path, 0o666))
-	_, err = Load(path)
-	require.ErrorContains(t, err, "writable by everyone")
+	for _, mode := range []os.FileMode{0o666, 0o664, 0o620, 0o602} {
+		require.NoError(t, os.Chmod(path, mode))
+		_, err = Load(path)
+		require.ErrorContains(t, err, "writable by others than its owner", "mode %o", mode)
+		require.ErrorContains(t, err, "chmod go-w")
+	}
 	_, err = Load(filepath.Join(dir, "missing.json"))
 	require.Error(t, err)
 }

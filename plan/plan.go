@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
@@ -207,6 +208,10 @@ func (p Plan) ValidateWith(c tool.Catalog, l Limits) error {
 	if p.RequestedBy != "" {
 		if msg := tool.CheckText(p.RequestedBy, l.MaxRequestedByLen, false); msg != "" {
 			add("requested_by", "%s", msg)
+		} else if err := operators.CheckIdentity(p.RequestedBy); err != nil {
+			// Four eyes compares it with the decider: no invisible
+			// characters to tell two spellings of one person apart.
+			add("requested_by", "%s", strings.TrimPrefix(err.Error(), "operators: "))
 		}
 	}
 	if b, err := json.Marshal(p); err != nil {

@@ -10,6 +10,18 @@ import (
 	"github.com/agentsaga/agentsaga/tool"
 )
 
+// CheckJSON checks data as ParseBytes does before it decodes a plan: at
+// most limit bytes, UTF-8, one JSON value, no key twice in one object at any
+// depth, no escaped lone surrogates, no control characters in keys. A
+// session's turn (the same steps[] of {tool, args}) is checked with it too.
+// Problems name their fields as in a plan, in a *ValidationError.
+func CheckJSON(data []byte, limit int) error {
+	if probs := strictCheck(data, limit); len(probs) > 0 {
+		return newValidationError(probs)
+	}
+	return nil
+}
+
 // strictCheck refuses what encoding/json would let through silently: more
 // than limit bytes, bytes that are not UTF-8, more than one JSON value,
 // duplicate keys at any depth, escapes of lone UTF-16 surrogates (decoded as

@@ -52,8 +52,9 @@ type Options struct {
 	// input is refused with every problem named and nothing started.
 	Catalog tool.Catalog
 	// Key, when set, signs every decision (see package operators): By
-	// becomes the key's name, SentAt the current time, and Signature
-	// covers the decision's SigningBytes. Without a key the decision
+	// becomes the key's name, and Signature covers the decision's
+	// SigningBytes (its run, read from the status when not given, and its
+	// SentAt, the current time, included). Without a key the decision
 	// carries the typed By, which the workflow records as unverified (or
 	// refuses, when the worker has an operators file).
 	Key *operators.Key
@@ -275,49 +276,63 @@ func (c *Client) identify(by string) (string, error) {
 }
 
 // Approve answers the open approval question of step a.Step with an Update
-// and returns what the workflow did. When a.QuestionID or a.Fingerprint is
-// empty, the step's open approval question is read from the status first, so
-// the decision binds to the question and the arguments the operator saw; a
-// step without one returns ErrNoOpenQuestion. A decision naming a question
-// that is closed already is sent as it is: the same decision again returns
-// its first result (Applied false), any other the workflow's refusal. With a Key the decision is
-// signed. A decision the workflow refuses returns a *RejectedError with its
-// reason.
+// and returns what the workflow did. When a.QuestionID, a.Fingerprint or
+// a.RunID is empty, the status is read first: the decision names the run it
+// answers, and binds to the step's open approval question and the arguments
+// the operator saw; a step without one returns ErrNoOpenQuestion. A decision
+// naming a question that is closed already is sent as it is: the same
+// decision again returns Applied false, any other the workflow's refusal.
+// With a Key the decision is signed. A decision the workflow refuses returns
+// a *RejectedError with its reason.
 func (c *Client) Approve(ctx context.Context, workflowID string, a workflows.ApproveSignal) (workflows.DecisionResult, error) {
 	by, err := c.identify(a.By)
 	if err != nil {
 		return workflows.DecisionResult{}, fmt.Errorf("approve: %w", err)
 	}
 	a.By = by
-	if a.QuestionID == "" || a.Fingerprint == "" {
+	if a.QuestionID == "" || a.Fingerprint == "" || a.RunID == "" {
 		s, err := c.Status(ctx, workflowID)
 		if err != nil {
 			return workflows.DecisionResult{}, err
 		}
-		q, ok := openQuestion(s, a.Step, a.QuestionID, workflows.QuestionApproval)
-		switch {
-		case ok:
-			a.Step, a.QuestionID = q.Step, q.ID
-			if a.Fingerprint == "" {
-				a.Fingerprint = q.Fingerprint
-			}
-		case a.QuestionID != "" && a.Step >= 1 && a.Step <= len(s.Steps):
-			// A named question that is no longer open: send it anyway, so
-			// a repeated decision gets its first answer (same Update ID)
-			// and any other gets the workflow's reason.
-			if a.Fingerprint == "" {
-				a.Fingerprint = s.Steps[a.Step-1].Fingerprint
-			}
-		default:
-			return workflows.DecisionResult{}, noQuestion(s, workflowID, a.Step, a.QuestionID, "approval")
+		if a.RunID == "" {
+			a.RunID = s.RunID
+		}
+		if err := approvalOf(s, workflowID, &a); err != nil {
+			return workflows.DecisionResult{}, err
 		}
 	}
+	a.SentAt, a.Signature = c.now().UTC(), ""
 	if c.key != nil {
-		a.SentAt = c.now().UTC()
-		a.Signature = ""
 		a.Signature = operators.Sign(c.key, a.SigningBytes(workflowID))
 	}
-	return c.decide(ctx, workflowID, workflows.UpdateApprove, a.QuestionID, DecisionUpdateID(a.QuestionID, a.By, approveAnswer(a)), a)
+	return c.decide(ctx, workflowID, workflows.UpdateApprove, a.QuestionID, DecisionUpdateID(a.QuestionID, a.By, approveAnswer(a)), a.SentAt, a)
+}
+
+// approvalOf completes a's question id and fingerprint from the status s,
+// when either is missing, from the step's open approval question.
+func approvalOf(s workflows.Status, workflowID string, a *workflows.ApproveSignal) error {
+	if a.QuestionID != "" && a.Fingerprint != "" {
+		return nil
+	}
+	q, ok := openQuestion(s, a.Step, a.QuestionID, workflows.QuestionApproval)
+	switch {
+	case ok:
+		a.Step, a.QuestionID = q.Step, q.ID
+		if a.Fingerprint == "" {
+			a.Fingerprint = q.Fingerprint
+		}
+	case a.QuestionID != "" && a.Step >= 1 && a.Step <= len(s.Steps):
+		// A named question that is no longer open: send it anyway, so
+		// a repeated decision gets its first answer (same Update ID)
+		// and any other gets the workflow's reason.
+		if a.Fingerprint == "" {
+			a.Fingerprint = s.Steps[a.Step-1].Fingerprint
+		}
+	default:
+		return noQuestion(s, workflowID, a.Step, a.QuestionID, "approval")
+	}
+	return nil
 }
 
 // Resolve answers the open question of step r.Step (its unknown outcome, a
@@ -333,23 +348,27 @@ func (c *Client) Resolve(ctx context.Context, workflowID string, r workflows.Res
 		return workflows.DecisionResult{}, fmt.Errorf("resolve: %w", err)
 	}
 	r.By = by
-	if r.QuestionID == "" {
+	if r.QuestionID == "" || r.RunID == "" {
 		s, err := c.Status(ctx, workflowID)
 		if err != nil {
 			return workflows.DecisionResult{}, err
 		}
-		q, ok := openQuestion(s, r.Step, "", workflows.QuestionOutcome, workflows.QuestionReversal)
-		if !ok {
-			return workflows.DecisionResult{}, noQuestion(s, workflowID, r.Step, "", "outcome or reversal")
+		if r.RunID == "" {
+			r.RunID = s.RunID
 		}
-		r.QuestionID = q.ID
+		if r.QuestionID == "" {
+			q, ok := openQuestion(s, r.Step, "", workflows.QuestionOutcome, workflows.QuestionReversal)
+			if !ok {
+				return workflows.DecisionResult{}, noQuestion(s, workflowID, r.Step, "", "outcome or reversal")
+			}
+			r.QuestionID = q.ID
+		}
 	}
+	r.SentAt, r.Signature = c.now().UTC(), ""
 	if c.key != nil {
-		r.SentAt = c.now().UTC()
-		r.Signature = ""
 		r.Signature = operators.Sign(c.key, r.SigningBytes(workflowID))
 	}
-	return c.decide(ctx, workflowID, workflows.UpdateResolve, r.QuestionID, DecisionUpdateID(r.QuestionID, r.By, resolveAnswer(r)), r)
+	return c.decide(ctx, workflowID, workflows.UpdateResolve, r.QuestionID, DecisionUpdateID(r.QuestionID, r.By, resolveAnswer(r)), r.SentAt, r)
 }
 
 func noQuestion(s workflows.Status, workflowID string, step int, id, kind string) error {
@@ -363,7 +382,11 @@ func noQuestion(s workflows.Status, workflowID string, step int, id, kind string
 	return fmt.Errorf("%w: step %d of %s has no open %s question (the step %s, the plan is %s); nothing is queued for later: decide when `starter status %s` shows the question", ErrNoOpenQuestion, step, workflowID, kind, state, s.State, workflowID)
 }
 
-func (c *Client) decide(ctx context.Context, workflowID, name, questionID, updateID string, arg any) (workflows.DecisionResult, error) {
+// decide sends decision arg, sent at sentAt, as Update name. The Update ID
+// is the decision's (DecisionUpdateID): Temporal answers a repeated one with
+// the first one's result, so a result naming another sent_at than this
+// decision's is reported as the repeat it is (Applied false).
+func (c *Client) decide(ctx context.Context, workflowID, name, questionID, updateID string, sentAt time.Time, arg any) (workflows.DecisionResult, error) {
 	var res workflows.DecisionResult
 	h, err := c.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		UpdateID:     updateID,
@@ -378,6 +401,10 @@ func (c *Client) decide(ctx context.Context, workflowID, name, questionID, updat
 	var app *temporal.ApplicationError
 	var notFound *serviceerror.NotFound
 	switch {
+	case err == nil && res.Applied && !res.SentAt.IsZero() && !res.SentAt.Equal(sentAt):
+		res.Applied = false
+		res.Message = fmt.Sprintf("already applied: question %s was %s by %s (sent %s); nothing happened twice", res.QuestionID, res.Message, res.By, res.SentAt.UTC().Format(time.RFC3339Nano))
+		return res, nil
 	case err == nil:
 		return res, nil
 	case errors.As(err, &app):

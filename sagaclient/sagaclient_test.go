@@ -86,7 +86,7 @@ var clock = time.Date(2025, 3, 1, 12, 0, 0, 0, time.FixedZone("CET", 3600))
 
 func waiting() workflows.Status {
 	return workflows.Status{
-		WorkflowID: wf, State: workflows.SagaWaitingApproval,
+		WorkflowID: wf, RunID: "run-1", State: workflows.SagaWaitingApproval,
 		Steps: []workflows.StepStatus{
 			{Step: 1, Fingerprint: "fp1", State: ledger.Succeeded},
 			{Step: 2, Fingerprint: "fp2", State: ledger.NeedsHuman, Waiting: "resolve"},
@@ -125,6 +125,7 @@ func TestSignedApprovalAnswersTheOpenQuestion(t *testing.T) {
 	require.Equal(t, "q-3-approval-1", sent.QuestionID)
 	require.Equal(t, "fp3-now", sent.Fingerprint)
 	require.Equal(t, "alice", sent.By)
+	require.Equal(t, "run-1", sent.RunID, "the signature names the run the status is of")
 	require.Equal(t, clock.UTC(), sent.SentAt)
 	require.Equal(t, time.UTC, sent.SentAt.Location())
 	// The workflow's validator would accept it ...
@@ -138,6 +139,7 @@ func TestSignedApprovalAnswersTheOpenQuestion(t *testing.T) {
 		func(a *workflows.ApproveSignal) { a.Fingerprint = "fp3-other" },
 		func(a *workflows.ApproveSignal) { a.Reason += "!" },
 		func(a *workflows.ApproveSignal) { a.SentAt = a.SentAt.Add(time.Second) },
+		func(a *workflows.ApproveSignal) { a.RunID = "run-2" },
 	} {
 		a := sent
 		edit(&a)
@@ -163,6 +165,29 @@ func TestDoubleClickIsOneUpdateID(t *testing.T) {
 	require.Equal(t, DecisionUpdateID("q-2-outcome-1", "alice", "succeeded=msg_81"), f.updates[2].UpdateID)
 	require.Len(t, DecisionUpdateID(string(make([]byte, 500)), "a", "b"), len("decision:")+32)
 	require.NotContains(t, DecisionUpdateID("q1", "alice", "approve"), "alice", "the decider's name never reaches the server in plain text")
+}
+
+// Temporal answers a repeated Update ID with the first decision's result:
+// the client reports the repeat as not applied (issue 16, item 14).
+func TestRepeatedUpdateIDIsReportedNotApplied(t *testing.T) {
+	now := clock
+	first := clock.Add(time.Second).UTC()
+	f := &fake{status: waiting(), result: workflows.DecisionResult{QuestionID: "q-3-approval-1", Applied: true, By: "bob", SentAt: first, Message: "approved"}}
+	c := New(f, Options{Now: func() time.Time { now = now.Add(time.Second); return now }})
+	res, err := c.Approve(context.Background(), wf, workflows.ApproveSignal{Step: 3, Approved: true, By: "bob"})
+	require.NoError(t, err)
+	require.True(t, res.Applied, "the first click")
+	res, err = c.Approve(context.Background(), wf, workflows.ApproveSignal{Step: 3, Approved: true, By: "bob"})
+	require.NoError(t, err)
+	require.False(t, res.Applied, "the second click got the first one's result")
+	require.Contains(t, res.Message, "already applied")
+	require.Equal(t, f.updates[0].UpdateID, f.updates[1].UpdateID)
+
+	// A worker from before sent_at was returned: its word is taken.
+	f.result.SentAt = time.Time{}
+	res, err = c.Approve(context.Background(), wf, workflows.ApproveSignal{Step: 3, Approved: true, By: "bob"})
+	require.NoError(t, err)
+	require.True(t, res.Applied)
 }
 
 func TestResolveNeverAnswersAnApprovalQuestion(t *testing.T) {
@@ -202,7 +227,8 @@ func TestUnsignedDecisionCarriesTheTypedName(t *testing.T) {
 	require.Equal(t, "bob", sent.By)
 	require.Equal(t, "q-2-outcome-1", sent.QuestionID)
 	require.Empty(t, sent.Signature)
-	require.True(t, sent.SentAt.IsZero())
+	require.False(t, sent.SentAt.IsZero(), "sent_at tells this decision from a repeat (recorded unverified)")
+	require.Equal(t, "run-1", sent.RunID)
 
 	for _, by := range []string{"", "bo\x1b[2Jb", string(make([]byte, 65))} {
 		_, err = c.Resolve(context.Background(), wf, workflows.ResolveSignal{Step: 2, Outcome: workflows.OutcomeRetry, By: by})

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
@@ -38,8 +39,29 @@ type Options struct {
 	// Operators verifies who decides (an *operators.Keyring); nil accepts
 	// typed names, recorded as unverified (the dev stack).
 	Operators workflows.Verifier
-	// Worker passes SDK worker options through.
+	// Worker passes SDK worker options through. Its WorkerStopTimeout is
+	// raised to StopTimeout of the tools when it is shorter.
 	Worker worker.Options
+}
+
+// StopMargin is what StopTimeout adds beyond the longest tool call and the
+// ledger record that follows it: a reconcile runs up to 5 s longer than its
+// tool's timeout, and the answer must still reach Temporal.
+const StopMargin = 10 * time.Second
+
+// StopTimeout is how long a stopping worker lets its in-flight activities
+// finish and record their outcome before it cancels them: the longest tool
+// timeout of specs, plus activities.RecordTimeout, plus StopMargin. A call
+// cancelled mid-flight is an unknown outcome, for a tool without a lookup a
+// question for a person; give the process at least this much time to stop
+// (docker compose's stop_grace_period, Kubernetes'
+// terminationGracePeriodSeconds).
+func StopTimeout(specs tool.Specs) time.Duration {
+	var longest time.Duration
+	for _, s := range specs {
+		longest = max(longest, s.Timeout)
+	}
+	return longest + activities.RecordTimeout + StopMargin
 }
 
 // New returns a worker with AgentPlan and its activities registered. Start it
@@ -55,6 +77,9 @@ func New(c client.Client, o Options) (worker.Worker, error) {
 	if tq == "" {
 		tq = workflows.TaskQueue
 	}
+	// A stopping worker takes no new task and lets the running calls
+	// finish and record what they did.
+	o.Worker.WorkerStopTimeout = max(o.Worker.WorkerStopTimeout, StopTimeout(o.Tools.Specs()))
 	w := worker.New(c, tq, o.Worker)
 	Register(w, &workflows.Saga{Specs: o.Tools.Specs(), Operators: o.Operators},
 		&activities.Activities{Tools: o.Tools, Ledger: o.Ledger, Log: o.Logger})

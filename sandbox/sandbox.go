@@ -24,6 +24,7 @@ import (
 	_ "modernc.org/sqlite" // the pure Go SQLite driver, registered as "sqlite"
 
 	"github.com/agentsaga/agentsaga/internal/loopback"
+	"github.com/agentsaga/agentsaga/internal/privfile"
 )
 
 // The provider names, as used in URLs, effects and the admin API.
@@ -498,7 +499,11 @@ func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 func openDB(ctx context.Context, dir, name string) (*sql.DB, error) {
 	dsn := "file::memory:?_pragma=foreign_keys(1)"
 	if dir != "" {
-		dsn = "file:" + filepath.Join(dir, name+".db") + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"
+		path := filepath.Join(dir, name+".db")
+		if err := privfile.Ensure(path); err != nil {
+			return nil, fmt.Errorf("sandbox: the %s store: %w", name, err)
+		}
+		dsn = "file:" + path + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"
 	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {

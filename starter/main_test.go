@@ -359,7 +359,7 @@ func requireNeutral(t *testing.T, s string) {
 func evilStatus() workflows.Status {
 	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	return workflows.Status{
-		WorkflowID: "agent-plan:s:1", State: workflows.SagaWaitingApproval, Error: evil, RequestID: evil, PlanFingerprint: evil,
+		WorkflowID: "agent-plan:s:1", RunID: evil, RefusedSignals: 7, State: workflows.SagaWaitingApproval, Error: evil, RequestID: evil, PlanFingerprint: evil,
 		Steps: []workflows.StepStatus{{Step: 1, Key: evil, Tool: evil, State: ledger.Status(evil), ExternalID: evil, LastError: evil, Waiting: evil,
 			Compensation: &workflows.Compensation{State: ledger.Status(evil), ExternalID: evil},
 			Decisions:    []workflows.Decision{{Kind: evil, By: evil, Note: evil, Refused: evil, ExternalID: evil, QuestionID: evil, At: at}}}},
@@ -379,7 +379,7 @@ func TestStatusPrintsEachQuestionWithItsCardNeutralised(t *testing.T) {
 	s := out.String()
 	requireNeutral(t, s)
 	for _, want := range []string{
-		"question q-1-approval-1: approval of step 1, open 1h30m0s, expires in 22h0m0s",
+		"question q-1-approval-1: approval of step 1, open 1h30m0s, expires in 22h0m0s", "  refused signals 7\n",
 		"change       apply_refund: refund an order", "system       payments", "object       order_id ord_1002",
 		"amount       1,500.00 EUR (150000 minor units)", "who asked    request req-7, requested by carol, session s",
 		"rule         approval policy: amount_minor > 50000", "(approving needs --override)",

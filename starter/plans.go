@@ -232,6 +232,12 @@ func printStatus(out io.Writer, st workflows.Status, asJSON bool, at time.Time) 
 	if st.RequestID != "" {
 		fmt.Fprintf(out, "  request %s", safe(st.RequestID))
 	}
+	if st.RunID != "" {
+		fmt.Fprintf(out, "  run %s", safe(st.RunID)) // what a signed decision names
+	}
+	if st.RefusedSignals > 0 {
+		fmt.Fprintf(out, "  refused signals %d", st.RefusedSignals)
+	}
 	fmt.Fprintln(out)
 	if st.Error != "" {
 		fmt.Fprintf(out, "error: %s\n", safe(st.Error))

@@ -236,7 +236,7 @@ func Outcome(result any, err error, attempt int32) string {
 		return OutcomeConflict
 	case activities.ErrGuardRefused:
 		return OutcomeGuardRefused
-	case activities.ErrHeld:
+	case activities.ErrHeld, activities.ErrClashUnseen:
 		return OutcomeHeld
 	case activities.ErrAlreadyFinal:
 		return OutcomeAlreadyFinal

@@ -244,7 +244,7 @@ func TestOutcomeOfEveryErrorType(t *testing.T) {
 	}
 	for typ, want := range map[string]string{
 		activities.ErrUnknown: OutcomeUnknown, activities.ErrRejected: OutcomeRejected, activities.ErrConflict: OutcomeConflict,
-		activities.ErrGuardRefused: OutcomeGuardRefused, activities.ErrHeld: OutcomeHeld, activities.ErrAlreadyFinal: OutcomeAlreadyFinal,
+		activities.ErrGuardRefused: OutcomeGuardRefused, activities.ErrHeld: OutcomeHeld, activities.ErrClashUnseen: OutcomeHeld, activities.ErrAlreadyFinal: OutcomeAlreadyFinal,
 		activities.ErrNoPermit: OutcomeNoPermit, string(tool.KindNotSent): OutcomeNotSent, string(tool.KindThrottled): OutcomeNotSent,
 		string(tool.KindInFlight): OutcomeInFlight, activities.ErrLedger: OutcomeFailed, activities.ErrNotRegistered: OutcomeFailed,
 	} {

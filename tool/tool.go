@@ -7,6 +7,7 @@ package tool
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -57,8 +58,10 @@ type Spec struct {
 	// is checked against the call's args before it is adopted (reconcile,
 	// or a provider answering with an existing effect): every listed arg
 	// must equal the named field of the provider's answer. A tool can
-	// implement Matcher instead. Without either, a found effect is adopted
-	// unchecked.
+	// implement Matcher instead. Without either, an effect found after a
+	// lost answer is adopted unchecked, and one found after the provider
+	// refused the call as a key conflict (a 422 idempotency-key mismatch)
+	// is never adopted: it is a Mismatch for a person.
 	Match []MatchField `json:",omitzero"`
 }
 
@@ -181,3 +184,16 @@ type Reversal struct {
 
 // CompensationKey returns the key of the reversal of the call with key k.
 func CompensationKey(k string) string { return k + ":compensate" }
+
+// ReversalRetryKey returns the key of round round of the reversal of the
+// call with key k: CompensationKey(k) for round 1, then
+// {k}:compensate:{round}. A new round starts only when a person retries a
+// reversal the provider rejected for good: a provider that stores answers by
+// key (as Stripe does) would replay the rejection under the old key forever,
+// so the retry is a new request.
+func ReversalRetryKey(k string, round int) string {
+	if round <= 1 {
+		return CompensationKey(k)
+	}
+	return fmt.Sprintf("%s:%d", CompensationKey(k), round)
+}

@@ -9,7 +9,10 @@
 // _TRACES_ENDPOINT) is set. See package telemetry for the metric names.
 //
 // It refuses to start when a tool lacks a side-effect class, a compensator or
-// a reconciler, naming every offender, and stops gracefully on SIGINT/SIGTERM.
+// a reconciler, naming every offender, and stops gracefully on SIGINT/SIGTERM:
+// it takes no new task, lets the tool calls in flight finish and record their
+// outcome (up to sagaworker.StopTimeout: the longest tool timeout plus the
+// ledger record and a margin), then exits. A second signal ends it at once.
 package main
 
 import (
@@ -46,6 +49,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stopSignals = stop
 	if err := run(ctx, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		var ue usageError
@@ -55,6 +59,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// stopSignals restores the default handling of SIGINT and SIGTERM once the
+// first one has started a graceful stop.
+var stopSignals = func() {}
 
 type usageError struct{ error }
 
@@ -74,6 +82,7 @@ func run(ctx context.Context, args []string) error {
 	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers (env "+config.EnvSandboxURL+"; --dev starts its own)")
 	operatorsFile := fs.String("operators", os.Getenv(config.EnvOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+config.EnvOperators+"; without it typed names are recorded as unverified)")
 	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+" (moving with --port); \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
+	allowPlaintext := fs.Bool("allow-plaintext-payloads", os.Getenv(config.EnvAllowPlaintext) == "true", "with codec keys: accept plans, turns and decisions that a client sent unencrypted (by default they are refused, so no customer data is stored in the clear; env "+config.EnvAllowPlaintext+"=true)")
 	verbose := fs.Bool("v", false, "log every tool call")
 	showVersion := fs.Bool("version", false, "print which agentsaga this is and exit")
 	if err := fs.Parse(args); err != nil {
@@ -137,7 +146,7 @@ func run(ctx context.Context, args []string) error {
 		st, err := devstack.Start(ctx, devstack.Options{
 			DataDir: *dataDir, Port: *port, UIPort: *uiPort, HTTPPort: *httpPort, CodecAddr: *codecAddr, Ledger: ledgerDSN,
 			SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr,
-			TaskQueue: t.TaskQueue, Logger: log, Operators: verifier, MetricsAddr: *metricsAddr, Keyring: ring,
+			TaskQueue: t.TaskQueue, Logger: log, Operators: verifier, MetricsAddr: *metricsAddr, Keyring: ring, AllowPlaintext: *allowPlaintext,
 		})
 		if err != nil {
 			return portFlag(err)
@@ -176,6 +185,12 @@ func run(ctx context.Context, args []string) error {
 	opts, err := t.ClientOptions()
 	if err != nil {
 		return usageError{err}
+	}
+	if ring, _, err := t.Keyring(); err == nil && ring != nil {
+		codec.WorkerClientOptions(&opts, ring, *allowPlaintext)
+		if *allowPlaintext {
+			log.Warn("plaintext payloads are accepted (--allow-plaintext-payloads): plans sent without the codec keys are stored in the clear")
+		}
 	}
 	opts.Logger = sdklog.NewStructuredLogger(log)
 	tel, err := telemetry.New(ctx, telemetry.Options{Tools: tools, Ledger: store, Logger: log})
@@ -226,7 +241,11 @@ func run(ctx context.Context, args []string) error {
 	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s, API key %s\ndecisions: %s\npayloads: %s\nmetrics: %s, traces: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), t.APIKeyState(), identity,
 		payloads, orOff(metricsURL), tracing(tel))
 	<-ctx.Done()
+	stopSignals() // a second signal ends the process at once
+	fmt.Printf("stopping: no new tasks are taken; in-flight tool calls finish and record their outcome (up to %s)\n",
+		sagaworker.StopTimeout(tools.Specs()))
 	w.Stop()
+	fmt.Println("stopped")
 	return nil
 }
 

@@ -17,11 +17,16 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
+
+// ErrPlaintextRefused is the error type of a plan (or session) a client
+// sent without the codec keys to a worker that has them.
+const ErrPlaintextRefused = "InvalidPlanPlaintextRefused"
 
 // Saga runs plans against the tools it knows. Register its AgentPlan method
 // under WorkflowName.
@@ -130,8 +135,22 @@ type pinned struct {
 	UpsertOnChange bool `json:"upsert_on_change,omitempty"`
 }
 
-func (s *Saga) pin(p plan.Plan) pinned {
-	if err := p.ValidateWith(s.Specs, s.Limits.WithDefaults()); err != nil {
+// pin validates the plan as the workflow received it (raw, under
+// workflowID) and returns the specs of its tools. The bytes are parsed as
+// strictly as the CLI parses a plan (plan.ParseBytes: no key twice, UTF-8,
+// no unknown fields, an integer turn), and a plan runs only under the
+// workflow ID agent-plan:{session}:{turn} of its own content, so nobody
+// takes another plan's keys.
+func (s *Saga) pin(p plan.Plan, raw json.RawMessage, workflowID string) pinned {
+	lim := s.Limits.WithDefaults()
+	if _, err := plan.ParseBytes(raw, lim); err != nil {
+		return pinned{Invalid: err.Error()}
+	}
+	if want := p.WorkflowID(); workflowID != want {
+		return pinned{Invalid: fmt.Sprintf("this plan (session %q, turn %d) runs only under the workflow ID %q, not %q: start it under its own ID",
+			clip(p.SessionID, 140), p.Turn, clip(want, 300), clip(workflowID, 300))}
+	}
+	if err := p.ValidateWith(s.Specs, lim); err != nil {
 		return pinned{Invalid: err.Error()}
 	}
 	out := tool.Specs{}
@@ -150,11 +169,26 @@ func (s *Saga) pin(p plan.Plan) pinned {
 // did its job), so callers read the state, not the error. A cancelled plan
 // lets the call in flight finish, settles it, compensates, and then reports
 // the cancellation.
-func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
+//
+// The input is the plan's JSON as the client sent it: the workflow checks its
+// bytes itself (see pin), since a decoder would let a key named twice or
+// bytes that are not UTF-8 through.
+func (s *Saga) AgentPlan(ctx workflow.Context, raw json.RawMessage) (Status, error) {
+	if codec.IsRefusedPlaintext(raw) {
+		// The type says it to a client without the keys, which cannot
+		// read the (encrypted) message.
+		return Status{}, temporal.NewNonRetryableApplicationError(codec.PlaintextError("the plan").Error(), ErrPlaintextRefused, nil)
+	}
+	var p plan.Plan
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return Status{}, temporal.NewNonRetryableApplicationError(
+			"the input is not a plan (session_id, turn, request_id, requested_by, parallel, steps[] of {tool, args}): "+redact.String(err.Error()), "InvalidPlan", nil)
+	}
 	var pin pinned
 	onChange := startedWithAttributes(ctx)
+	id := workflow.GetInfo(ctx).WorkflowExecution.ID
 	err := workflow.SideEffect(ctx, func(workflow.Context) any {
-		pin := s.pin(p)
+		pin := s.pin(p, raw, id)
 		pin.UpsertOnChange = onChange
 		return pin
 	}).Get(&pin)
@@ -191,6 +225,12 @@ func (s *Saga) AgentPlan(ctx workflow.Context, p plan.Plan) (Status, error) {
 		}
 		n := r.firstCause(failed)
 		r.st.Error = fmt.Sprintf("step %d (%s) failed: %s", n, r.step(n).Tool, r.step(n).LastError)
+		if r.step(n).State == ledger.Compensated {
+			r.st.Error = fmt.Sprintf("step %d (%s) was compensated by an earlier run of this plan (a reset replays it): the plan does not go forward", n, r.step(n).Tool)
+			for m := g[len(g)-1] + 1; m <= len(p.Steps); m++ {
+				r.step(m).LastError = fmt.Sprintf("not run: step %d was compensated by an earlier run of this plan", n)
+			}
+		}
 		for _, f := range failed {
 			r.reconcileFailed(dctx, f)
 		}
@@ -326,10 +366,14 @@ type run struct {
 	// closed remembers the decision applied to each closed question, so a
 	// repeated identical decision (a double click) is recognised.
 	closed     map[string]Decision
-	lastClosed map[int]Decision    // the decision that closed each step's latest question
-	refused    int                 // refused signals so far
-	justClosed map[string]Question // the question being closed, for its audit entry
-	lastErr    map[int]string      // the error type that ended each failed step
+	lastClosed map[int]Decision // the decision that closed each step's latest question
+	refused    int              // refused signals so far
+	lastErr    map[int]string   // the error type that ended each failed step
+	revErr     map[int]string   // the error type that ended each step's latest reversal
+	revRound   map[int]int      // the reversal round of each step (1: {key}:compensate)
+	// earlier is set when a step was found compensated by an earlier run
+	// of the plan (compensatedBefore): the plan ends compensated.
+	earlier bool
 	// upsertOnChange skips an upsert of search attributes that would not
 	// change them (as pinned: see pinned.UpsertOnChange).
 	upsertOnChange bool
@@ -341,6 +385,7 @@ func newRunState(s *Saga, specs tool.Specs, p plan.Plan) *run {
 	return &run{
 		saga: s, specs: specs, plan: p,
 		closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{}, lastErr: map[int]string{},
+		revErr: map[int]string{}, revRound: map[int]int{},
 	}
 }
 
@@ -415,7 +460,8 @@ func (r *run) showAttributes(ctx workflow.Context, s SagaState) {
 
 func (r *run) request(n int) activities.Request {
 	st := r.step(n)
-	req := activities.Request{Key: st.Key, Tool: st.Tool, Args: r.plan.Steps[n-1].Args, Fingerprint: st.Fingerprint, RequestID: r.plan.RequestID}
+	req := activities.Request{Key: st.Key, Tool: st.Tool, Args: r.plan.Steps[n-1].Args, Fingerprint: st.Fingerprint, RequestID: r.plan.RequestID,
+		Pinned: activities.PinnedOf(r.specs[st.Tool])}
 	req.Summary = r.summary(r.specs[st.Tool], req)
 	return req
 }
@@ -438,7 +484,7 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 		if !ok {
 			return r.gaveUp(dctx, n, false)
 		}
-		if req.PermitID, ok = r.grant(dctx, n, d, rule); !ok {
+		if req.PermitID, ok = r.grant(dctx, n, d, rule, rep.Holders); !ok {
 			return r.gaveUp(dctx, n, false)
 		}
 	}
@@ -458,7 +504,12 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 		st.LastError, st.ErrorCode = errText(err), redact.String(activities.DetailOf(err).Code)
 		r.lastErr[n] = activities.ErrorType(err)
 		switch {
-		case activities.ErrorType(err) == activities.ErrHeld:
+		case activities.ErrorType(err) == activities.ErrCompensated:
+			r.compensatedBefore(n)
+			return false
+		case activities.ErrorType(err) == activities.ErrHeld, activities.ErrorType(err) == activities.ErrClashUnseen:
+			// Held, or approved on a card that missed a holder of the
+			// guard: ask (again) on a fresh card.
 			rep := r.checkGuard(dctx, req)
 			if rep.Clash == "" {
 				rep.Clash = st.LastError
@@ -468,7 +519,7 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 			if !ok {
 				return r.gaveUp(dctx, n, true)
 			}
-			if req.PermitID, ok = r.grant(dctx, n, d, rule); !ok {
+			if req.PermitID, ok = r.grant(dctx, n, d, rule, rep.Holders); !ok {
 				return r.gaveUp(dctx, n, true)
 			}
 			calls--
@@ -502,6 +553,22 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 		}
 		return r.gaveUp(dctx, n, false)
 	}
+}
+
+// compensatedBefore marks step n as the ledger knows it: succeeded and
+// compensated already, by an earlier run of this plan (a reset replays the
+// plan from its start). Neither the tool nor its reversal is called; the plan
+// does not go forward (the step's effect is reversed) and ends compensated
+// once what this run did is unwound.
+func (r *run) compensatedBefore(n int) {
+	st := r.step(n)
+	spec := r.specs[st.Tool]
+	st.State, st.Waiting = ledger.Compensated, ""
+	st.LastError = "compensated by an earlier run of this plan (found in the ledger): neither the tool nor its reversal was called"
+	if spec.Compensable() && st.Compensation == nil {
+		st.Compensation = &Compensation{Key: tool.CompensationKey(st.Key), Tool: spec.Compensator, State: ledger.Succeeded}
+	}
+	r.earlier = true
 }
 
 // gaveUp ends step n as failed without an effect and releases its ledger
@@ -599,9 +666,24 @@ func (r *run) settle(dctx workflow.Context, n int, spec tool.Spec, req activitie
 		st.State = ledger.FailedFinal
 		st.LastError = fmt.Sprintf("resolved as failed by %s: %s", d.By, d.Note)
 	case OutcomeRetry:
-		r.record(dctx, st.Key, ledger.Pending, d)
+		r.record(dctx, st.Key, retryStatus(spec), d)
 	}
 	return d.Outcome, true
+}
+
+// retryStatus is the ledger state a person's `retry` of an outcome leaves a
+// write in. A retry is "call again with the same key after reconciling": for
+// a tool that can look itself up the row stays unknown, so the next claim
+// reconciles by key first (found: succeeded, nothing sent; authoritatively
+// absent: sent again; anything else: UNKNOWN again, reconciled for the
+// tool's window and then asked again). Only for a tool without lookup is the
+// person's word that nothing happened the last one: the row is pending and
+// the call goes out.
+func retryStatus(spec tool.Spec) ledger.Status {
+	if spec.NoLookup {
+		return ledger.Pending
+	}
+	return ledger.Unknown
 }
 
 // reconcileUntil asks the provider by key until it gives a definite answer
@@ -676,7 +758,7 @@ func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 		return
 	}
 	switch r.lastErr[n] {
-	case activities.ErrNoPermit, activities.ErrGuardRefused, activities.ErrAlreadyFinal, activities.ErrNotRegistered, activities.ErrHeld:
+	case activities.ErrNoPermit, activities.ErrGuardRefused, activities.ErrAlreadyFinal, activities.ErrNotRegistered, activities.ErrHeld, activities.ErrClashUnseen:
 		return // refused before anything was sent
 	}
 	look, err := r.reconcile(dctx, r.request(n), 0)
@@ -690,6 +772,9 @@ func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 		st.LastError = "reported failed but the provider has the effect: " + msg
 	case look.Status == tool.Mismatch:
 		rule := fmt.Sprintf("the step failed and the provider holds an effect under key %s made with other arguments (%s): it is not reversed unless a person says it is this step's", st.Key, look.Result.ExternalID)
+		if len(look.Differences) > 0 {
+			rule += ": " + strings.Join(look.Differences, "; ")
+		}
 		d := r.askResolve(dctx, n, QuestionOutcome, rule, []string{string(OutcomeFailed)})
 		r.record(dctx, st.Key, ledger.FailedFinal, d)
 		st.State = ledger.FailedFinal
@@ -700,6 +785,10 @@ func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 // final state.
 func (r *run) compensate(dctx workflow.Context) {
 	if len(r.stack) == 0 {
+		if r.earlier {
+			r.setState(dctx, SagaCompensated)
+			return
+		}
 		r.setState(dctx, SagaFailed)
 		return
 	}
@@ -743,11 +832,7 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	}
 	c := st.Compensation
 	st.State, c.State, c.LastError = ledger.Compensating, ledger.InProgress, ""
-	args, _ := json.Marshal(tool.Reversal{
-		OriginalKey: st.Key, OriginalTool: st.Tool, OriginalExternalID: st.ExternalID, OriginalArgs: r.plan.Steps[n-1].Args,
-	})
-	fp, _ := plan.Fingerprint(c.Tool, args)
-	req := activities.Request{Key: c.Key, Tool: c.Tool, Args: args, Fingerprint: fp, RequestID: r.plan.RequestID}
+	req := r.reversalRequest(n)
 	out, err := r.execute(dctx, cspec, req, &c.Attempts)
 	if err != nil && activities.IsUnknown(err) {
 		c.State, c.LastError = ledger.Unknown, errText(err)
@@ -761,6 +846,7 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	}
 	if err != nil {
 		st.State, c.State, c.LastError = ledger.CompensationFailed, ledger.FailedFinal, errText(err)
+		r.revErr[n] = activities.ErrorType(err)
 		r.count(dctx, MetricCompensations, map[string]string{"result": "failed"})
 		return false
 	}
@@ -770,13 +856,31 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	return true
 }
 
+// reversalRequest is the request of step n's reversal under its current key.
+func (r *run) reversalRequest(n int) activities.Request {
+	st := r.step(n)
+	c := st.Compensation
+	args, _ := json.Marshal(tool.Reversal{
+		OriginalKey: st.Key, OriginalTool: st.Tool, OriginalExternalID: st.ExternalID, OriginalArgs: r.plan.Steps[n-1].Args,
+	})
+	fp, _ := plan.Fingerprint(c.Tool, args)
+	return activities.Request{Key: c.Key, Tool: c.Tool, Args: args, Fingerprint: fp, RequestID: r.plan.RequestID, Pinned: activities.PinnedOf(r.specs[c.Tool])}
+}
+
 // escalateCompensation hands a failed reversal to a human: succeeded means it
-// was reversed by hand, retry runs the reversal again (same key), failed
-// accepts that it stays unreversed.
+// was reversed by hand, retry runs the reversal again, failed accepts that it
+// stays unreversed. A retry of a reversal the provider rejected for good is a
+// new request (see retryRejectedReversal); any other retry sends the same key
+// again, after reconciling it when the reversal can look itself up.
 func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 	st := r.step(n)
 	for st.State == ledger.CompensationFailed {
 		rule := fmt.Sprintf("the reversal %s of %s failed: %s", st.Compensation.Key, st.Key, st.Compensation.LastError)
+		rejected := r.revErr[n] == activities.ErrRejected
+		if rejected {
+			rule = fmt.Sprintf("the provider rejected the reversal %s of %s: %s. A retry first asks the provider about %s, then sends a new reversal request under key %s (the provider would answer the same key with the same rejection)",
+				st.Compensation.Key, st.Key, st.Compensation.LastError, st.Compensation.Key, tool.ReversalRetryKey(st.Key, r.round(n)+1))
+		}
 		d := r.askResolve(dctx, n, QuestionReversal, rule, []string{string(OutcomeSucceeded), string(OutcomeRetry), string(OutcomeFailed)})
 		switch d.Outcome {
 		case OutcomeSucceeded:
@@ -785,9 +889,14 @@ func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 			r.settleReversalRow(dctx, st.Compensation.Key, d)
 			return
 		case OutcomeRetry:
+			if rejected && workflow.GetVersion(dctx, versionReversalRetryNewKey, workflow.DefaultVersion, 1) == 1 {
+				r.retryRejectedReversal(dctx, n)
+				continue
+			}
 			// The reversal's row is final in the ledger: the person's
-			// decision reopens it, so the retry reaches the provider.
-			r.record(dctx, st.Compensation.Key, ledger.Pending, d)
+			// decision reopens it, so the retry reaches the provider
+			// (after a reconcile by key, for a reversal with lookup).
+			r.record(dctx, st.Compensation.Key, retryStatus(r.specs[st.Compensation.Tool]), d)
 			r.compensateStep(dctx, n)
 		default:
 			r.record(dctx, st.Key, ledger.CompensationFailed, d)
@@ -795,6 +904,38 @@ func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 			return
 		}
 	}
+}
+
+// versionReversalRetryNewKey: a person's retry of a reversal the provider
+// rejected for good reconciles the earlier reversal and then sends a new
+// request under a new derived key (tool.ReversalRetryKey). Plans recorded
+// before re-sent the same key, which a provider that stores answers by key
+// rejects again forever.
+const versionReversalRetryNewKey = "reversal-retry-new-key"
+
+// round is the reversal round of step n: 1 for {key}:compensate, then 2, 3...
+func (r *run) round(n int) int { return max(r.revRound[n], 1) }
+
+// retryRejectedReversal runs a person's retry of step n's reversal after the
+// provider rejected it for good. It asks the provider about the rejected
+// reversal first: if it holds it after all (a provider that committed and
+// answered no), the step is compensated and nothing is sent. Otherwise a new
+// reversal request goes out under the next derived key,
+// {key}:compensate:{round}: a provider that stores answers by key would
+// replay the stored rejection for the old key forever.
+func (r *run) retryRejectedReversal(dctx workflow.Context, n int) {
+	st := r.step(n)
+	c := st.Compensation
+	old := r.reversalRequest(n)
+	if look, err := r.reconcile(dctx, old, 0); err == nil && look.Status == tool.Found {
+		r.transition(dctx, c.Key, ledger.Succeeded, look.Result.ExternalID)
+		st.State, c.State, c.ExternalID, c.LastError = ledger.Compensated, ledger.Succeeded, look.Result.ExternalID, ""
+		r.transition(dctx, st.Key, ledger.Compensated, "")
+		return
+	}
+	r.revRound[n] = r.round(n) + 1
+	c.Key = tool.ReversalRetryKey(st.Key, r.revRound[n])
+	r.compensateStep(dctx, n)
 }
 
 // errText is the text of an activity's failure for the status: masked by

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 
@@ -62,7 +63,7 @@ func newPlan(session string, steps ...plan.Step) plan.Plan {
 
 func run(t *testing.T, env *testsuite.TestWorkflowEnvironment, p plan.Plan) workflows.Status {
 	t.Helper()
-	env.ExecuteWorkflow(workflows.WorkflowName, p)
+	executePlan(env, p)
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var st workflows.Status
@@ -355,4 +356,11 @@ func TestActivityOptionsFollowTheClass(t *testing.T) {
 	require.Equal(t, 500*time.Millisecond, workflows.ActivityOptions(tool.Spec{Class: tool.IdempotentWrite}, "k", "").RetryPolicy.InitialInterval)
 	override := tool.Spec{Class: tool.IdempotentWrite, Retry: &tool.RetryPolicy{MaxAttempts: 5, InitialInterval: time.Second, BackoffCoefficient: 3}}
 	require.EqualValues(t, 5, workflows.ActivityOptions(override, "k", "").RetryPolicy.MaximumAttempts)
+}
+
+// executePlan runs AgentPlan for p under its own workflow ID (a plan runs
+// only there).
+func executePlan(env *testsuite.TestWorkflowEnvironment, p plan.Plan) {
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: p.WorkflowID()})
+	env.ExecuteWorkflow(workflows.WorkflowName, p)
 }

@@ -348,8 +348,9 @@ func TestSignedDecisions(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		q := openQuestion(t, status(t, env))
 		unsigned = update(env, workflows.UpdateApprove, "u", workflows.ApproveSignal{Step: 1, QuestionID: q.ID, Fingerprint: fp, By: "alice", Approved: true})
-		a := workflows.ApproveSignal{Step: 1, QuestionID: q.ID, Fingerprint: fp, By: "alice", Approved: true, SentAt: env.Now()}
-		id := status(t, env).WorkflowID
+		st := status(t, env)
+		id := st.WorkflowID
+		a := workflows.ApproveSignal{Step: 1, QuestionID: q.ID, RunID: st.RunID, Fingerprint: fp, By: "alice", Approved: true, SentAt: env.Now()}
 		a.Signature = operators.Sign(alice, a.SigningBytes(id))
 		bad := a
 		bad.Override = true // not what was signed
@@ -358,7 +359,7 @@ func TestSignedDecisions(t *testing.T) {
 		b.By = "bob"
 		b.Signature = operators.Sign(bob, b.SigningBytes(id))
 		stranger = update(env, workflows.UpdateApprove, "s", b)
-		r := workflows.ResolveSignal{Step: 1, QuestionID: q.ID, Outcome: workflows.OutcomeFailed, By: "alice", SentAt: env.Now()}
+		r := workflows.ResolveSignal{Step: 1, QuestionID: q.ID, RunID: st.RunID, Outcome: workflows.OutcomeFailed, By: "alice", SentAt: env.Now()}
 		r.Signature = operators.Sign(alice, r.SigningBytes(id))
 		resolver = update(env, workflows.UpdateResolve, "r", r)
 		good = update(env, workflows.UpdateApprove, "g", a)

@@ -23,7 +23,7 @@ import (
 // runCancelled runs p and expects it to end cancelled, returning its status.
 func runCancelled(t *testing.T, env *testsuite.TestWorkflowEnvironment, p plan.Plan) workflows.Status {
 	t.Helper()
-	env.ExecuteWorkflow(workflows.WorkflowName, p)
+	executePlan(env, p)
 	require.True(t, env.IsWorkflowCompleted())
 	var ce *temporal.CanceledError
 	require.ErrorAs(t, env.GetWorkflowError(), &ce, "%v", env.GetWorkflowError())
@@ -265,4 +265,29 @@ func TestGuardRefusedStepLeavesNoRow(t *testing.T) {
 	_, err := h.ledger.Get(context.Background(), "c13b:1:1:deposit")
 	require.ErrorIs(t, err, ledger.ErrNotFound, "no row for a call that was never sent")
 	require.Len(t, h.p.callsOf("deposit"), 1)
+}
+
+// A provider key conflict (422) for a tool that declares no Match (charge)
+// is never adopted either: the effect found under the key cannot be shown
+// to be this step's, so a person is asked and nothing of it is reversed.
+func TestProviderConflictWithoutMatchIsNeverAdopted(t *testing.T) {
+	h := newHarness(t)
+	h.p.fail("charge", "conflict")
+	h.p.fail("charge.lookup", "lookup_other")
+	env := h.env()
+	var seen workflows.Status
+	env.RegisterDelayedCallback(func() {
+		seen = status(t, env)
+		q := openQuestion(t, seen)
+		update(env, workflows.UpdateResolve, "r", workflows.ResolveSignal{Step: 2, QuestionID: q.ID, Outcome: workflows.OutcomeFailed, By: "ops", Note: "not ours"})
+	}, time.Hour)
+	st := run(t, env, newPlan("c14", step("invoice", "o1", 100), step("charge", "o1", 100)))
+	q := openQuestion(t, seen)
+	require.Equal(t, workflows.QuestionOutcome, q.Kind)
+	require.Contains(t, q.Card.Rule, "declares no Match")
+	require.Equal(t, []string{"failed"}, q.Answers)
+	require.Equal(t, workflows.SagaCompensated, st.State)
+	require.Equal(t, ledger.FailedFinal, st.Steps[1].State, "the other effect was not adopted")
+	require.Empty(t, h.p.callsOf("charge_reverse"), "someone else's effect was not reversed")
+	require.Equal(t, []string{"c14:1:1:invoice:compensate"}, h.p.callsOf("invoice_storno"), "this plan's own effect was reversed")
 }

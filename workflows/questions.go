@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -13,7 +14,10 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/operators"
+	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
@@ -25,6 +29,15 @@ const (
 	MaxNoteLen       = 2000
 	MaxExternalIDLen = 256
 	MaxQuestionIDLen = 128
+	// MaxFingerprintLen bounds a decision's fingerprint (a step's is 64
+	// hex digits).
+	MaxFingerprintLen = 128
+	// MaxRunIDLen bounds a decision's run_id (a Temporal run ID is a
+	// 36-character UUID).
+	MaxRunIDLen = 64
+	// MaxSignatureLen bounds a decision's signature (an Ed25519 signature
+	// is 88 characters of base64).
+	MaxSignatureLen = 128
 	// DoubleClickWindow: a decision without a question id that repeats the
 	// decision which closed the step's previous question within this
 	// window is a double click, applied once (decisions with a question id
@@ -33,6 +46,18 @@ const (
 	// MaxRefusedRecorded bounds how many refused signals a plan records in
 	// its status and audit trail; later ones are only counted and logged.
 	MaxRefusedRecorded = 50
+	// MaxRefusedNoteLen and MaxRefusedReasonLen clip what a recorded
+	// refusal keeps of the sender's note and of the reason it was
+	// refused, so the bytes a plan records for refusals are bounded
+	// (about MaxRefusedRecorded × 1 KB in the status, as much again in
+	// the audit activities' inputs).
+	MaxRefusedNoteLen   = 200
+	MaxRefusedReasonLen = 400
+	// RefusalHistoryBound: a plan whose history is larger than this (in
+	// bytes, as Temporal counts them) records no further refusal, however
+	// few it recorded: what is left of the history is kept for the plan's
+	// own work (Temporal terminates a run at 50 MB by default).
+	RefusalHistoryBound = 8 << 20
 	// MaxClockSkew bounds how far a signed decision's sent_at may be from
 	// the workflow's time.
 	MaxClockSkew = 15 * time.Minute
@@ -63,6 +88,13 @@ const (
 	// versionTurnVerdictRecorded: a session turn's validation verdict is
 	// recorded in the Update handler.
 	versionTurnVerdictRecorded = "turn-verdict-recorded"
+	// versionDecisionRules: a decision's every field is bounded before
+	// anything else is looked at, `by` is refused with invisible
+	// characters, four eyes compares identities in one normal form, and
+	// a decision that arrived as its question opened is refused even when
+	// it names the question. (Update validators always apply them: they
+	// are not replayed.)
+	versionDecisionRules = "decision-rules-v2"
 )
 
 // withdrawnPrefix starts the error of a step whose approval was withdrawn.
@@ -71,22 +103,49 @@ const withdrawnPrefix = "withdrawn"
 // register installs the status query, the decision Updates (with
 // validators) and the signal listeners.
 func (r *run) register(ctx workflow.Context) error {
+	r.st.RunID = workflow.GetInfo(ctx).WorkflowExecution.RunID
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return r.st, nil }); err != nil {
 		return fmt.Errorf("register status query: %w", err)
 	}
+	// Decisions arrive as raw JSON, checked as strictly as a plan (see
+	// decodeDecision) before anything else is looked at.
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateApprove,
-		func(ctx workflow.Context, a ApproveSignal) (DecisionResult, error) { return r.applyApprove(ctx, a) },
+		func(ctx workflow.Context, raw json.RawMessage) (DecisionResult, error) {
+			a, err := decodeDecision[ApproveSignal](raw)
+			if err != nil {
+				return DecisionResult{}, err
+			}
+			return r.applyApprove(ctx, a)
+		},
 		workflow.UpdateHandlerOptions{
-			Validator:   func(ctx workflow.Context, a ApproveSignal) error { return r.checkApprove(ctx, a, true) },
+			Validator: func(ctx workflow.Context, raw json.RawMessage) error {
+				a, err := decodeDecision[ApproveSignal](raw)
+				if err != nil {
+					return err
+				}
+				return r.checkApprove(ctx, a, true)
+			},
 			Description: "Approve or reject the open approval question of a step.",
 		})
 	if err != nil {
 		return fmt.Errorf("register update %s: %w", UpdateApprove, err)
 	}
 	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateResolve,
-		func(ctx workflow.Context, s ResolveSignal) (DecisionResult, error) { return r.applyResolve(ctx, s) },
+		func(ctx workflow.Context, raw json.RawMessage) (DecisionResult, error) {
+			d, err := decodeDecision[ResolveSignal](raw)
+			if err != nil {
+				return DecisionResult{}, err
+			}
+			return r.applyResolve(ctx, d)
+		},
 		workflow.UpdateHandlerOptions{
-			Validator:   func(ctx workflow.Context, s ResolveSignal) error { return r.checkResolve(ctx, s, true) },
+			Validator: func(ctx workflow.Context, raw json.RawMessage) error {
+				d, err := decodeDecision[ResolveSignal](raw)
+				if err != nil {
+					return err
+				}
+				return r.checkResolve(ctx, d, true)
+			},
 			Description: "Say what happened to a step whose outcome is open, or to its failed reversal.",
 		})
 	if err != nil {
@@ -97,17 +156,22 @@ func (r *run) register(ctx workflow.Context) error {
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ctx, _ = workflow.NewDisconnectedContext(ctx)
 		for {
-			var a ApproveSignal
-			approveCh.Receive(ctx, &a)
-			if err := r.tooEarly(ctx, a.Step, a.QuestionID); err != nil {
+			var raw json.RawMessage
+			approveCh.Receive(ctx, &raw)
+			a, err := signalDecision(ctx, r, raw, &ApproveSignal{})
+			if err != nil {
 				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
 				continue
 			}
-			if err := r.checkApprove(ctx, a, false); err != nil {
+			if err := r.tooEarlyUnnamed(ctx, a.Step, a.QuestionID); err != nil {
 				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
 				continue
 			}
-			if _, err := r.applyApprove(ctx, a); err != nil {
+			if err := r.checkApprove(ctx, *a, false); err != nil {
+				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
+				continue
+			}
+			if _, err := r.applyApprove(ctx, *a); err != nil {
 				r.refuse(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
 			}
 		}
@@ -115,17 +179,22 @@ func (r *run) register(ctx workflow.Context) error {
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ctx, _ = workflow.NewDisconnectedContext(ctx)
 		for {
-			var s ResolveSignal
-			resolveCh.Receive(ctx, &s)
-			if err := r.tooEarly(ctx, s.Step, s.QuestionID); err != nil {
+			var raw json.RawMessage
+			resolveCh.Receive(ctx, &raw)
+			s, err := signalDecision(ctx, r, raw, &ResolveSignal{})
+			if err != nil {
 				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
 				continue
 			}
-			if err := r.checkResolve(ctx, s, false); err != nil {
+			if err := r.tooEarlyUnnamed(ctx, s.Step, s.QuestionID); err != nil {
 				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
 				continue
 			}
-			if _, err := r.applyResolve(ctx, s); err != nil {
+			if err := r.checkResolve(ctx, *s, false); err != nil {
+				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
+				continue
+			}
+			if _, err := r.applyResolve(ctx, *s); err != nil {
 				r.refuse(ctx, SignalResolve, s.Step, s.QuestionID, s.By, s.SentAt, s.Note, err)
 			}
 		}
@@ -133,10 +202,78 @@ func (r *run) register(ctx workflow.Context) error {
 	return nil
 }
 
-// tooEarly refuses a signal without a question id that arrives in the same
-// workflow task as the question it would answer: it was sent before the
-// question existed (the task also delivered what opened it).
-func (r *run) tooEarly(ctx workflow.Context, step int, qid string) error {
+// MaxDecisionBytes bounds the JSON of one decision (approve or resolve): its
+// fields' own limits add up to far less.
+const MaxDecisionBytes = 16 << 10
+
+// decodeDecision reads a decision's JSON as strictly as a plan: at most
+// MaxDecisionBytes, UTF-8, no key twice, no unknown field; a payload a
+// client sent unencrypted to a worker with codec keys is refused.
+func decodeDecision[T ApproveSignal | ResolveSignal](raw json.RawMessage) (T, error) {
+	var d T
+	if codec.IsRefusedPlaintext(raw) {
+		return d, refused("%v", codec.ErrPlaintext)
+	}
+	if len(raw) > MaxDecisionBytes {
+		return d, refused("the decision is %d bytes, the limit is %d (MaxDecisionBytes): send only its fields", len(raw), MaxDecisionBytes)
+	}
+	if err := plan.CheckJSON(raw, MaxDecisionBytes); err != nil {
+		return d, refused("the decision is not plain JSON: %s", redact.String(err.Error()))
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return d, refused("the decision does not fit its payload: %s", clip(redact.String(err.Error()), 200))
+	}
+	return d, nil
+}
+
+// signalDecision decodes a decision signal into dst: strictly (decodeDecision)
+// in plans under versionDecisionRules, as the SDK decoded signals before in
+// plans that took a decision before them.
+//
+// On a refusal dst still holds what a plain decoder read of it (its step,
+// question, sender), so the refusal is recorded where it was aimed.
+func signalDecision[T ApproveSignal | ResolveSignal](ctx workflow.Context, r *run, raw json.RawMessage, dst *T) (*T, error) {
+	if r.strict(ctx, false) {
+		d, err := decodeDecision[T](raw)
+		if err != nil {
+			_ = json.Unmarshal(raw, dst) // best effort, for the record only
+			return dst, err
+		}
+		return &d, nil
+	}
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return dst, refused("the decision could not be read: %s", clip(redact.String(err.Error()), 200))
+	}
+	return dst, nil
+}
+
+// strict reports whether the decision rules of versionDecisionRules apply:
+// always in a validator (validators are not replayed), and in the signal
+// and Update handlers of every plan that took no decision before them.
+func (r *run) strict(ctx workflow.Context, validating bool) bool {
+	return validating || workflow.GetVersion(ctx, versionDecisionRules, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+}
+
+// tooEarly refuses a decision that arrives in the same workflow task as the
+// question it would answer, named or not: it was sent before the question
+// existed (the task also delivered what opened it), so nobody saw the
+// question it answers. Question ids are predictable; a decision is for a
+// question somebody saw.
+func (r *run) tooEarly(ctx workflow.Context, q *question) error {
+	if q.OpenedAt.Equal(workflow.Now(ctx)) {
+		return refused("this decision arrived as question %s opened: it was sent before the question existed, so nothing was applied; decide again now that it is open", q.ID)
+	}
+	return nil
+}
+
+// tooEarlyUnnamed is the early check of plans that took a decision before
+// versionDecisionRules: it refused only signals without a question id.
+func (r *run) tooEarlyUnnamed(ctx workflow.Context, step int, qid string) error {
+	if r.strict(ctx, false) {
+		return nil // approveTarget and resolveTarget check (tooEarly)
+	}
 	if q := r.qs[step]; q != nil && qid == "" && q.OpenedAt.Equal(workflow.Now(ctx)) {
 		return refused("this signal arrived as question %s opened: it was sent before the question existed; send it again naming the question", q.ID)
 	}
@@ -152,8 +289,15 @@ func refused(format string, args ...any) error {
 	return &decisionError{msg: fmt.Sprintf(format, args...)}
 }
 
-// checkText refuses a missing, oversize or unprintable field.
+// checkText refuses a missing, oversize or unprintable field, and a `by`
+// with an invisible character (see operators.CheckIdentity).
 func checkText(field, v string, limit int, required bool) error {
+	return checkTextRules(field, v, limit, required, true)
+}
+
+// checkTextRules is checkText; not strict, `by` is checked as plans that
+// took a decision before versionDecisionRules checked it.
+func checkTextRules(field, v string, limit int, required, strict bool) error {
 	switch {
 	case v == "" && required:
 		return refused("%s is required: name who decides", field)
@@ -166,8 +310,13 @@ func checkText(field, v string, limit int, required bool) error {
 		if unicode.IsControl(c) && (field == "by" || (c != '\n' && c != '\t')) {
 			return refused("%s holds a control character (%U): send plain text", field, c)
 		}
-		if field == "by" && unicode.Is(unicode.Cf, c) {
+		if field == "by" && !strict && unicode.Is(unicode.Cf, c) {
 			return refused("by holds an invisible formatting character (%U): send a plain name", c)
+		}
+	}
+	if field == "by" && strict {
+		if err := operators.CheckIdentity(v); err != nil {
+			return refused("by %s", strings.TrimPrefix(err.Error(), "operators: identity "))
 		}
 	}
 	return nil
@@ -177,7 +326,7 @@ func checkText(field, v string, limit int, required bool) error {
 // question id, if given) answers. dup is set when the question named was
 // already closed by the same decision.
 func (r *run) openFor(ctx workflow.Context, kinds []string, step int, qid string, same func(Decision) bool) (q *question, dup *Decision, err error) {
-	if err := checkText("question_id", qid, MaxQuestionIDLen, false); err != nil {
+	if err := checkTextRules("question_id", qid, MaxQuestionIDLen, false, false); err != nil {
 		return nil, nil, err
 	}
 	if qid != "" {
@@ -244,11 +393,18 @@ type identityVerdict struct {
 	Refused  string `json:"refused,omitempty"`
 }
 
-// verdict checks a decision's identity against the operators file: dev mode
-// (no file) accepts the typed name as unverified.
-func (r *run) verdict(by, action string, sentAt time.Time, msg []byte, sig string) identityVerdict {
+// verdict checks a decision's run and identity: a decision naming a run
+// must name this one, a signed one must name it; then the signature is
+// checked against the operators file. Dev mode (no file) accepts the typed
+// name as unverified. (The run is checked here, recorded with the verdict,
+// so a reset run replaying a decision its first run applied replays it.)
+func (r *run) verdict(by, action, runID string, sentAt time.Time, msg []byte, sig string) identityVerdict {
 	v := r.saga.Operators
 	switch {
+	case runID != "" && runID != r.st.RunID:
+		return identityVerdict{Refused: fmt.Sprintf("run_id %s is not this plan's run %s (it was reset or started again): the decision answers a question of another run; decide again on the question open now", runID, r.st.RunID)}
+	case sig != "" && runID == "":
+		return identityVerdict{Refused: "a signed decision must name its run (run_id, shown by status): a signature answers one question of one run; sign it again with a current client (starter approve/resolve)"}
 	case v == nil:
 		return identityVerdict{}
 	case sig == "":
@@ -273,59 +429,35 @@ func (r *run) fresh(ctx workflow.Context, sentAt time.Time, verified bool) error
 	return nil
 }
 
-// identify checks who sent a decision. With an operators file the signature
-// must verify; without one the typed name is accepted as unverified. In a
-// validator it calls the verifier directly; elsewhere through SideEffect, so
-// a replay sees the verdict the first run saw even if the file changed.
-func (r *run) identify(ctx workflow.Context, by, action string, sentAt time.Time, msg []byte, sig string, validating bool) (bool, error) {
-	v := r.saga.Operators
-	if !validating && workflow.GetVersion(ctx, versionIdentityRecorded, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+// identify checks who sent a decision (see verdict). In a validator it
+// calls the verifier directly; elsewhere through SideEffect, so a replay
+// sees the verdict the first run saw even if the file changed.
+func (r *run) identify(ctx workflow.Context, by, action, runID string, sentAt time.Time, msg []byte, sig string, validating bool) (bool, error) {
+	var got identityVerdict
+	switch {
+	case validating:
+		got = r.verdict(by, action, runID, sentAt, msg, sig)
+	case workflow.GetVersion(ctx, versionIdentityRecorded, workflow.DefaultVersion, 1) != workflow.DefaultVersion:
 		// The whole verdict, dev mode included, is recorded: adding or
 		// removing an operators file never changes a plan's replay.
-		var got identityVerdict
-		if err := workflow.SideEffect(ctx, func(workflow.Context) any { return r.verdict(by, action, sentAt, msg, sig) }).Get(&got); err != nil {
+		if err := workflow.SideEffect(ctx, func(workflow.Context) any { return r.verdict(by, action, runID, sentAt, msg, sig) }).Get(&got); err != nil {
 			return false, refused("identity check could not be read: %v", err)
 		}
-		if got.Refused != "" {
-			return false, refused("%s", got.Refused)
-		}
-		return got.Verified, r.fresh(ctx, sentAt, got.Verified)
-	}
-	if validating {
-		got := r.verdict(by, action, sentAt, msg, sig)
-		if got.Refused != "" {
-			return false, refused("%s", got.Refused)
-		}
-		return got.Verified, r.fresh(ctx, sentAt, got.Verified)
-	}
-	if v == nil {
+	case r.saga.Operators == nil:
+		// Plans from before versionIdentityRecorded recorded nothing in
+		// dev mode, and the refusal text alone otherwise.
 		return false, nil
-	}
-	check := func() string {
-		if sig == "" {
-			return "the worker has an operators file: sign the decision (starter --key FILE); an unsigned name is not accepted"
+	default:
+		var refusal string
+		if err := workflow.SideEffect(ctx, func(workflow.Context) any { return r.verdict(by, action, runID, sentAt, msg, sig).Refused }).Get(&refusal); err != nil {
+			return false, refused("identity check could not be read: %v", err)
 		}
-		if sentAt.IsZero() {
-			return "sent_at is missing from the signed decision"
-		}
-		if err := v.Verify(by, action, msg, sig); err != nil {
-			return err.Error()
-		}
-		return ""
+		got = identityVerdict{Verified: refusal == "", Refused: refusal}
 	}
-	var verdict string
-	if validating {
-		verdict = check()
-	} else if err := workflow.SideEffect(ctx, func(workflow.Context) any { return check() }).Get(&verdict); err != nil {
-		return false, refused("identity check could not be read: %v", err)
+	if got.Refused != "" {
+		return false, refused("%s", got.Refused)
 	}
-	if verdict != "" {
-		return false, refused("identity of %q not verified: %s", by, verdict)
-	}
-	if skew := workflow.Now(ctx).Sub(sentAt); skew > MaxClockSkew || skew < -MaxClockSkew {
-		return false, refused("sent_at %s is %s away from now: sign a fresh decision", sentAt.Format(time.RFC3339), skew.Round(time.Second))
-	}
-	return true, nil
+	return got.Verified, r.fresh(ctx, sentAt, got.Verified)
 }
 
 func sameApprove(a ApproveSignal) func(Decision) bool {
@@ -345,37 +477,55 @@ func (r *run) checkApprove(ctx workflow.Context, a ApproveSignal, validating boo
 	return err
 }
 
-// approveTarget checks an approval and returns the question it answers (nil
-// with dup set for a repeated identical decision) and whether the sender's
-// identity was verified.
 // CheckApprove checks an approve payload on its own, before any question is
-// looked at: by (required, at most MaxByLen bytes, no control characters),
-// reason (at most MaxNoteLen), question_id (at most MaxQuestionIDLen), all
-// valid UTF-8.
-func CheckApprove(a ApproveSignal) error {
-	if err := checkText("by", a.By, MaxByLen, true); err != nil {
+// looked at: every field bounded (by at most MaxByLen bytes and required,
+// reason MaxNoteLen, question_id MaxQuestionIDLen, fingerprint
+// MaxFingerprintLen, run_id MaxRunIDLen, signature MaxSignatureLen), all
+// valid UTF-8 without control characters (reason may hold line feeds and
+// tabs), and no invisible character in by.
+func CheckApprove(a ApproveSignal) error { return checkApprove(a, true) }
+
+// CheckResolve checks a resolve payload on its own, as CheckApprove does,
+// with note for reason, external_id (at most MaxExternalIDLen) and an
+// outcome of succeeded, failed or retry.
+func CheckResolve(s ResolveSignal) error { return checkResolve(s, true) }
+
+// checkApprove is CheckApprove; not strict, the checks of plans that took a
+// decision before versionDecisionRules.
+func checkApprove(a ApproveSignal, strict bool) error {
+	if strict {
+		if err := checkBounded(a.Fingerprint, a.RunID, a.Signature); err != nil {
+			return err
+		}
+	}
+	if err := checkTextRules("by", a.By, MaxByLen, true, strict); err != nil {
 		return err
 	}
-	if err := checkText("reason", a.Reason, MaxNoteLen, false); err != nil {
+	if err := checkTextRules("reason", a.Reason, MaxNoteLen, false, strict); err != nil {
 		return err
 	}
-	return checkText("question_id", a.QuestionID, MaxQuestionIDLen, false)
+	return checkTextRules("question_id", a.QuestionID, MaxQuestionIDLen, false, strict)
 }
 
-// CheckResolve checks a resolve payload on its own: by and note as for
-// CheckApprove, external_id (at most MaxExternalIDLen), and an outcome of
-// succeeded, failed or retry.
-func CheckResolve(s ResolveSignal) error {
-	if err := checkText("by", s.By, MaxByLen, true); err != nil {
+func checkResolve(s ResolveSignal, strict bool) error {
+	if strict {
+		if err := checkBounded("", s.RunID, s.Signature); err != nil {
+			return err
+		}
+		if len(s.Outcome) > len(OutcomeSucceeded) {
+			return refused("outcome is %d bytes: it is one of succeeded, failed, retry", len(s.Outcome))
+		}
+	}
+	if err := checkTextRules("by", s.By, MaxByLen, true, strict); err != nil {
 		return err
 	}
-	if err := checkText("note", s.Note, MaxNoteLen, false); err != nil {
+	if err := checkTextRules("note", s.Note, MaxNoteLen, false, strict); err != nil {
 		return err
 	}
-	if err := checkText("external_id", s.ExternalID, MaxExternalIDLen, false); err != nil {
+	if err := checkTextRules("external_id", s.ExternalID, MaxExternalIDLen, false, strict); err != nil {
 		return err
 	}
-	if err := checkText("question_id", s.QuestionID, MaxQuestionIDLen, false); err != nil {
+	if err := checkTextRules("question_id", s.QuestionID, MaxQuestionIDLen, false, strict); err != nil {
 		return err
 	}
 	switch s.Outcome {
@@ -385,13 +535,36 @@ func CheckResolve(s ResolveSignal) error {
 	return refused("outcome %q is not one of succeeded, failed, retry", clip(string(s.Outcome), 40))
 }
 
+// checkBounded refuses an oversize fingerprint, run_id or signature: sizes
+// first, so nothing the sender chose is looked at (or echoed) whole.
+func checkBounded(fingerprint, runID, sig string) error {
+	for _, f := range []struct {
+		name, v string
+		limit   int
+	}{{"fingerprint", fingerprint, MaxFingerprintLen}, {"run_id", runID, MaxRunIDLen}, {"signature", sig, MaxSignatureLen}} {
+		if err := checkText(f.name, f.v, f.limit, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// approveTarget checks an approval and returns the question it answers (nil
+// for a repeated identical decision) and whether the sender's identity was
+// verified.
 func (r *run) approveTarget(ctx workflow.Context, a ApproveSignal, validating bool) (*question, bool, error) {
-	if err := CheckApprove(a); err != nil {
+	strict := r.strict(ctx, validating)
+	if err := checkApprove(a, strict); err != nil {
 		return nil, false, err
 	}
 	q, dup, err := r.openFor(ctx, []string{QuestionApproval}, a.Step, a.QuestionID, sameApprove(a))
 	if err != nil || dup != nil {
 		return nil, false, err
+	}
+	if strict {
+		if err := r.tooEarly(ctx, q); err != nil {
+			return nil, false, err
+		}
 	}
 	if a.Signature != "" && a.QuestionID == "" {
 		return nil, false, refused("a signed decision must name its question (question_id): a signature answers one question only")
@@ -402,14 +575,24 @@ func (r *run) approveTarget(ctx workflow.Context, a ApproveSignal, validating bo
 	if a.Approved && q.Card.Clash != "" && !a.Override {
 		return nil, false, refused("the card of question %s shows a clash (%s): approve with override to let it through, or reject", q.ID, q.Card.Clash)
 	}
-	if a.Approved && r.plan.RequestedBy != "" && strings.EqualFold(strings.TrimSpace(a.By), strings.TrimSpace(r.plan.RequestedBy)) {
+	if a.Approved && r.requester(a.By, strict) {
 		return nil, false, refused("%s requested this plan and cannot approve it (four eyes): another operator must decide", a.By)
 	}
-	verified, err := r.identify(ctx, a.By, SignalApprove, a.SentAt, a.SigningBytes(r.st.WorkflowID), a.Signature, validating)
+	verified, err := r.identify(ctx, a.By, SignalApprove, a.RunID, a.SentAt, a.SigningBytes(r.st.WorkflowID), a.Signature, validating)
 	if err != nil {
 		return nil, false, err
 	}
 	return q, verified, nil
+}
+
+// requester reports whether by is who requested the plan (four eyes):
+// strict, in one normal form (operators.SameIdentity); otherwise as plans
+// that took a decision before versionDecisionRules compared.
+func (r *run) requester(by string, strict bool) bool {
+	if strict {
+		return operators.SameIdentity(by, r.plan.RequestedBy)
+	}
+	return r.plan.RequestedBy != "" && strings.EqualFold(strings.TrimSpace(by), strings.TrimSpace(r.plan.RequestedBy))
 }
 
 func (r *run) applyApprove(ctx workflow.Context, a ApproveSignal) (DecisionResult, error) {
@@ -424,7 +607,7 @@ func (r *run) applyApprove(ctx workflow.Context, a ApproveSignal) (DecisionResul
 		Kind: SignalApprove, QuestionID: q.ID, By: a.By, Verified: verified, SentAt: a.SentAt, At: workflow.Now(ctx),
 		Approved: a.Approved, Override: a.Override, Note: redact.String(a.Reason),
 	}
-	return DecisionResult{QuestionID: q.ID, Applied: true, By: a.By, Verified: verified, Message: decisionWord(*q.decision)}, nil
+	return DecisionResult{QuestionID: q.ID, Applied: true, By: a.By, Verified: verified, SentAt: a.SentAt, Message: decisionWord(*q.decision)}, nil
 }
 
 func (r *run) checkResolve(ctx workflow.Context, s ResolveSignal, validating bool) error {
@@ -433,12 +616,18 @@ func (r *run) checkResolve(ctx workflow.Context, s ResolveSignal, validating boo
 }
 
 func (r *run) resolveTarget(ctx workflow.Context, s ResolveSignal, validating bool) (*question, bool, error) {
-	if err := CheckResolve(s); err != nil {
+	strict := r.strict(ctx, validating)
+	if err := checkResolve(s, strict); err != nil {
 		return nil, false, err
 	}
 	q, dup, err := r.openFor(ctx, []string{QuestionOutcome, QuestionReversal}, s.Step, s.QuestionID, sameResolve(s))
 	if err != nil || dup != nil {
 		return nil, false, err
+	}
+	if strict {
+		if err := r.tooEarly(ctx, q); err != nil {
+			return nil, false, err
+		}
 	}
 	if s.Signature != "" && s.QuestionID == "" {
 		return nil, false, refused("a signed decision must name its question (question_id): a signature answers one question only")
@@ -446,7 +635,7 @@ func (r *run) resolveTarget(ctx workflow.Context, s ResolveSignal, validating bo
 	if !contains(q.Answers, string(s.Outcome)) {
 		return nil, false, refused("question %s accepts %s, not %q", q.ID, strings.Join(q.Answers, ", "), s.Outcome)
 	}
-	verified, err := r.identify(ctx, s.By, SignalResolve, s.SentAt, s.SigningBytes(r.st.WorkflowID), s.Signature, validating)
+	verified, err := r.identify(ctx, s.By, SignalResolve, s.RunID, s.SentAt, s.SigningBytes(r.st.WorkflowID), s.Signature, validating)
 	if err != nil {
 		return nil, false, err
 	}
@@ -474,7 +663,7 @@ func (r *run) applyResolve(ctx workflow.Context, s ResolveSignal) (DecisionResul
 	}
 	d.At = workflow.Now(ctx)
 	q.decision = &d
-	return DecisionResult{QuestionID: q.ID, Applied: true, By: s.By, Verified: verified, Message: decisionWord(d)}, nil
+	return DecisionResult{QuestionID: q.ID, Applied: true, By: s.By, Verified: verified, SentAt: s.SentAt, Message: decisionWord(d)}, nil
 }
 
 // checkSucceeded checks a person's "succeeded" with the provider when the
@@ -509,36 +698,56 @@ func (r *run) checkSucceeded(ctx workflow.Context, q *question, d *Decision) err
 	return nil
 }
 
+// duplicate is the answer to a repeated identical decision (openFor found
+// it): the decision that was applied, Applied false.
 func (r *run) duplicate(qid string, step int) DecisionResult {
 	d, ok := r.closed[qid]
-	if q := r.qs[step]; !ok && q != nil && q.decision != nil {
-		d, qid = *q.decision, q.ID
-	} else if !ok {
-		d, ok = r.lastClosed[step]
-		qid = d.QuestionID
+	switch q := r.qs[step]; {
+	case ok:
+	case q != nil && q.decision != nil:
+		d = *q.decision
+	default:
+		d = r.lastClosed[step] // openFor found it there: it exists
 	}
-	return DecisionResult{QuestionID: qid, Applied: false, By: d.By, Verified: d.Verified,
+	qid = d.QuestionID
+	return DecisionResult{QuestionID: qid, Applied: false, By: d.By, Verified: d.Verified, SentAt: d.SentAt,
 		Message: fmt.Sprintf("already applied: question %s on step %d was %s by %s; nothing happened twice", qid, step, decisionWord(d), d.By)}
 }
 
 // refuse records a signal that was not applied, with the time it arrived,
 // in the step (when it names one) and in the ledger's audit trail.
+//
+// Everything it records is clipped (question id, by, note, reason), and only
+// the first MaxRefusedRecorded refusals are recorded, none once the history
+// is past RefusalHistoryBound: later ones are counted
+// (Status.RefusedSignals) and logged, and issue no command at all. So what a
+// plan records for refusals is bounded whatever is sent; the signals
+// themselves are in the history as Temporal stores them (see the README).
 func (r *run) refuse(ctx workflow.Context, kind string, step int, qid, by string, sentAt time.Time, note string, why error) {
 	r.refused++
-	workflow.GetLogger(ctx).Warn("decision refused", "step", step, "kind", kind, "reason", redact.String(why.Error()))
+	r.st.RefusedSignals = r.refused
+	// Masked first, then clipped: a clip never cuts a secret into a part
+	// the masking would not recognise.
+	reason := clip(redact.String(why.Error()), MaxRefusedReasonLen)
+	workflow.GetLogger(ctx).Warn("decision refused", "step", step, "kind", kind, "refused_so_far", r.refused, "reason", reason)
 	r.count(ctx, MetricDecisions, map[string]string{"kind": "refused", "outcome": ""})
-	if r.refused > MaxRefusedRecorded {
+	if r.refused > MaxRefusedRecorded || (r.strict(ctx, false) && workflow.GetInfo(ctx).GetCurrentHistorySize() > RefusalHistoryBound) {
 		return // counted, not recorded: a flood of signals never grows the history without bound
 	}
-	d := Decision{Kind: kind, QuestionID: printable(clip(qid, MaxQuestionIDLen)), By: printable(clip(by, MaxByLen)), SentAt: sentAt, At: workflow.Now(ctx),
-		Note: redact.String(clip(note, MaxNoteLen)), Refused: redact.String(why.Error())}
-	key := ""
-	if step >= 1 && step <= len(r.st.Steps) {
-		st := r.step(step)
-		st.Decisions = append(st.Decisions, d)
-		key = st.Key
+	d := Decision{Kind: kind, QuestionID: clip(printable(qid), MaxQuestionIDLen), By: clip(printable(by), MaxByLen), SentAt: sentAt, At: workflow.Now(ctx),
+		Note: clip(redact.String(note), MaxRefusedNoteLen), Refused: reason}
+	if step < 1 || step > len(r.st.Steps) {
+		// Aimed at no step of this plan: counted in the status and logged;
+		// the ledger's audit trail is per operation key. (Plans from before
+		// versionDecisionRules tried to record it under no key.)
+		if !r.strict(ctx, false) {
+			r.audit(ctx, "", d, nil)
+		}
+		return
 	}
-	r.audit(ctx, key, d, nil)
+	st := r.step(step)
+	st.Decisions = append(st.Decisions, d)
+	r.audit(ctx, st.Key, d, nil)
 }
 
 // printable masks secrets and replaces control characters, for text a
@@ -739,13 +948,13 @@ func (r *run) checkGuard(ctx workflow.Context, req activities.Request) activitie
 }
 
 // grant stores the approval as a single-use permit for (key, fingerprint,
-// policy) and returns its id.
-func (r *run) grant(dctx workflow.Context, n int, d Decision, policy string) (string, bool) {
+// policy), bound to the guard holders its card showed, and returns its id.
+func (r *run) grant(dctx workflow.Context, n int, d Decision, policy string, holders []string) (string, bool) {
 	st := r.step(n)
 	// A permit id is unique per key, run and question (a reset or a new
 	// run of the same plan asks anew).
 	p := ledger.Permit{ID: st.Key + "/" + workflow.GetInfo(dctx).WorkflowExecution.RunID + "/" + d.QuestionID, Key: st.Key, RequestHash: st.Fingerprint,
-		Policy: policy, Override: d.Override, By: d.By, GrantedAt: d.At}
+		Policy: policy, Override: d.Override, By: d.By, GrantedAt: d.At, Holders: holders}
 	opts := bookkeeping
 	opts.Summary = "permit for " + st.Key
 	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, opts), activities.GrantPermitName, p).Get(dctx, nil); err != nil {

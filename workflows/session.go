@@ -1,14 +1,18 @@
 package workflows
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/redact"
 )
 
 // The session contract: an agent that picks one tool at a time sends each
@@ -127,14 +131,24 @@ type turnRecord struct {
 func (s *Saga) AgentSession(ctx workflow.Context, in SessionStart) (Status, error) {
 	var pin pinned
 	onChange := in.Carry == nil && startedWithAttributes(ctx)
+	id := workflow.GetInfo(ctx).WorkflowExecution.ID
 	err := workflow.SideEffect(ctx, func(workflow.Context) any {
-		return pinned{Specs: s.Specs, Limits: s.Limits.WithDefaults(), UpsertOnChange: onChange}
+		p := pinned{Specs: s.Specs, Limits: s.Limits.WithDefaults(), UpsertOnChange: onChange}
+		// A session runs only under its own workflow ID, so nobody takes
+		// another session's keys ({session}:{turn}:{step}:{tool}).
+		if want := SessionWorkflowID(in.SessionID); in.SessionID != "" && id != want {
+			p.Invalid = fmt.Sprintf("session %q runs only under the workflow ID %q, not %q: start it under its own ID", clip(in.SessionID, 140), want, clip(id, 300))
+		}
+		return p
 	}).Get(&pin)
 	if err != nil {
 		return Status{}, fmt.Errorf("read the pinned tool specs: %w", err)
 	}
 	if in.SessionID == "" {
 		return Status{}, temporal.NewNonRetryableApplicationError("session_id is required", "InvalidSession", nil)
+	}
+	if pin.Invalid != "" {
+		return Status{}, temporal.NewNonRetryableApplicationError(pin.Invalid, "InvalidSession", nil)
 	}
 	r := newRunState(s, pin.Specs, plan.Plan{SessionID: in.SessionID, RequestedBy: in.RequestedBy})
 	r.st = Status{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, SessionID: in.SessionID}
@@ -242,10 +256,24 @@ func (ss *session) registerSession(ctx workflow.Context) error {
 	if err != nil {
 		return fmt.Errorf("register query %s: %w", QueryTurn, err)
 	}
+	// A turn arrives as raw JSON (a TurnRequest) so its bytes are checked
+	// as strictly as the CLI checks a plan (see checkTurn).
 	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateTurn,
-		func(ctx workflow.Context, t TurnRequest) (TurnResult, error) { return ss.turn(ctx, t) },
+		func(ctx workflow.Context, raw json.RawMessage) (TurnResult, error) {
+			t, err := decodeTurn(raw)
+			if err != nil {
+				return TurnResult{}, err
+			}
+			return ss.turn(ctx, t, raw)
+		},
 		workflow.UpdateHandlerOptions{
-			Validator:   func(ctx workflow.Context, t TurnRequest) error { _, err := ss.checkTurn(ctx, t, true); return err },
+			Validator: func(ctx workflow.Context, raw json.RawMessage) error {
+				t, err := decodeTurn(raw)
+				if err == nil {
+					_, err = ss.checkTurn(ctx, t, raw, true)
+				}
+				return err
+			},
 			Description: "Run one model turn's tool calls; returns their results or the open question.",
 		})
 	if err != nil {
@@ -274,10 +302,49 @@ func (ss *session) registerSession(ctx workflow.Context) error {
 	return nil
 }
 
+// decodeTurn reads a turn's JSON. What a plain decoder lets through
+// (a key named twice, bytes that are not UTF-8, unknown fields) is refused
+// by checkTurn's verdict; a payload a client sent unencrypted to a worker
+// with codec keys is refused here.
+func decodeTurn(raw json.RawMessage) (TurnRequest, error) {
+	if codec.IsRefusedPlaintext(raw) {
+		return TurnRequest{}, refused("%v", codec.ErrPlaintext)
+	}
+	var t TurnRequest
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return TurnRequest{}, refused("the turn is not a TurnRequest (turn, request_id, requested_by, parallel, steps[] of {tool, args}): %s", redact.String(err.Error()))
+	}
+	return t, nil
+}
+
+// strictTurn checks a new turn's bytes and its Update ID: the bytes as
+// strictly as plan.ParseBytes checks a plan (no key twice, UTF-8, no
+// unknown fields, an integer turn), and the Update ID must be the turn's own
+// {session}:{turn}, so a turn cannot take another turn's number (and keys).
+func (ss *session) strictTurn(raw json.RawMessage, updateID string, turn int) string {
+	if err := plan.CheckJSON(raw, ss.limits.MaxPlanBytes); err != nil {
+		return "turn " + strconv.Itoa(turn) + ": " + err.Error()
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	var t TurnRequest
+	if err := d.Decode(&t); err != nil {
+		return "turn " + strconv.Itoa(turn) + ": " + redact.String(err.Error()) + " (a turn holds turn, request_id, requested_by, parallel and steps[] of {tool, args})"
+	}
+	if want := TurnUpdateID(ss.run.plan.SessionID, turn); updateID != want {
+		return fmt.Sprintf("turn %d was sent with Update ID %q; a turn runs only under the Update ID %q ({session}:{turn} of its own number)", turn, clip(updateID, MaxQuestionIDLen), want)
+	}
+	return ""
+}
+
 // checkTurn validates a turn and returns its fingerprint. A turn sent again
 // with the same payload is accepted (it returns the first result); with
 // another payload it is a conflict.
-func (ss *session) checkTurn(ctx workflow.Context, t TurnRequest, validating bool) (string, error) {
+func (ss *session) checkTurn(ctx workflow.Context, t TurnRequest, raw json.RawMessage, validating bool) (string, error) {
+	updateID := ""
+	if info := workflow.GetCurrentUpdateInfo(ctx); info != nil {
+		updateID = info.ID
+	}
 	p := plan.Plan{SessionID: ss.run.plan.SessionID, Turn: t.Turn, RequestID: t.RequestID, RequestedBy: ss.requester(t), Parallel: t.Parallel, Steps: t.Steps}
 	fp, err := p.Fingerprint()
 	if err != nil {
@@ -287,6 +354,9 @@ func (ss *session) checkTurn(ctx workflow.Context, t TurnRequest, validating boo
 		if rec.Fingerprint != fp {
 			return "", refused("turn %d conflict: it already holds turn %s, refused turn %s; a changed turn needs a new turn number", t.Turn, rec.Fingerprint, fp)
 		}
+		if want := TurnUpdateID(ss.run.plan.SessionID, t.Turn); validating && updateID != want {
+			return "", refused("turn %d was sent with Update ID %q; a turn is read only under the Update ID %q", t.Turn, clip(updateID, MaxQuestionIDLen), want)
+		}
 		return fp, nil
 	}
 	switch {
@@ -295,7 +365,7 @@ func (ss *session) checkTurn(ctx workflow.Context, t TurnRequest, validating boo
 	case ss.active != 0:
 		return "", refused("turn %d is still running (see its open question): send turn %d when it has finished", ss.active, t.Turn)
 	}
-	if why := ss.verdict(ctx, p, validating); why != "" {
+	if why := ss.verdict(ctx, p, func() string { return ss.strictTurn(raw, updateID, t.Turn) }, validating); why != "" {
 		return "", refused("%s", why)
 	}
 	return fp, nil
@@ -316,8 +386,11 @@ const (
 // session's bounds. In the Update's handler the verdict is recorded
 // (SideEffect), so a later change of the validation code never changes a
 // session's replay.
-func (ss *session) verdict(ctx workflow.Context, p plan.Plan, validating bool) string {
+func (ss *session) verdict(ctx workflow.Context, p plan.Plan, strict func() string, validating bool) string {
 	check := func() string {
+		if why := strict(); why != "" {
+			return why
+		}
 		if n := len(ss.run.st.Steps) + len(p.Steps); n > MaxSessionSteps {
 			return fmt.Sprintf("the session would hold %d tool calls, the limit is %d (MaxSessionSteps): start a new session", n, MaxSessionSteps)
 		}
@@ -345,8 +418,8 @@ func (ss *session) verdict(ctx workflow.Context, p plan.Plan, validating bool) s
 
 // turn runs (or, for a turn sent again, reads) a turn and returns when it
 // has finished or one of its steps waits for a person.
-func (ss *session) turn(ctx workflow.Context, t TurnRequest) (TurnResult, error) {
-	fp, err := ss.checkTurn(ctx, t, false)
+func (ss *session) turn(ctx workflow.Context, t TurnRequest, raw json.RawMessage) (TurnResult, error) {
+	fp, err := ss.checkTurn(ctx, t, raw, false)
 	if err != nil {
 		return TurnResult{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/ledger"
@@ -65,7 +66,7 @@ func TestSessionTurnsRunOnTheEngine(t *testing.T) {
 	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
 	at(time.Second, func() { t1 = sendTurn(env, "ss1", 1, step("read_order", "o1", 1), step("charge", "o1", 100)) })
 	at(2*time.Second, func() {
-		t1again = sendTurnAs(env, "after-continue-as-new", 1, step("read_order", "o1", 1), step("charge", "o1", 100))
+		t1again = sendTurn(env, "ss1", 1, step("read_order", "o1", 1), step("charge", "o1", 100))
 		t1changed = sendTurnAs(env, "changed", 1, step("read_order", "o1", 1), step("charge", "o1", 999))
 	})
 	at(3*time.Second, func() { t2 = sendTurn(env, "ss1", 2, step("invoice", "o1", 100)) })
@@ -84,7 +85,7 @@ func TestSessionTurnsRunOnTheEngine(t *testing.T) {
 	at(7*time.Second, func() { t4 = sendTurn(env, "ss1", 4, step("read_order", "o2", 1)) })
 	at(8*time.Second, func() { t5 = sendTurn(env, "ss1", 5, step("charge", "o2", 200)) })
 	at(9*time.Second, func() { endSession(env, "failed") })
-	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss1"})
+	runSession(env, workflows.SessionStart{SessionID: "ss1"})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var st workflows.Status
@@ -132,7 +133,7 @@ func TestSessionFailedTurnCompensatesItsOwnWrites(t *testing.T) {
 	env.RegisterDelayedCallback(func() { t1 = sendTurn(env, "ss2", 1, step("charge", "o1", 100)) }, time.Second)
 	env.RegisterDelayedCallback(func() { t2 = sendTurn(env, "ss2", 2, step("invoice", "o1", 100), step("ship", "o1", 100)) }, 2*time.Second)
 	env.RegisterDelayedCallback(func() { endSession(env, "succeeded") }, 3*time.Second)
-	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss2"})
+	runSession(env, workflows.SessionStart{SessionID: "ss2"})
 	require.NoError(t, env.GetWorkflowError())
 	var st workflows.Status
 	require.NoError(t, env.GetWorkflowResult(&st))
@@ -151,7 +152,7 @@ func TestSessionFailedTurnCompensatesItsOwnWrites(t *testing.T) {
 func TestSessionRefusesACarryFromAClient(t *testing.T) {
 	h := newHarness(t)
 	env := h.env()
-	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss3", Carry: &workflows.SessionCarry{
+	runSession(env, workflows.SessionStart{SessionID: "ss3", Carry: &workflows.SessionCarry{
 		Status: workflows.Status{Steps: []workflows.StepStatus{{Step: 1, Tool: "charge", Key: "ss3:1:1:charge", ExternalID: "ch_never", State: ledger.Succeeded}}},
 		Args:   []json.RawMessage{json.RawMessage(`{"order_id":"o1","amount_minor":99999999999}`)}, Stack: []int{1}}})
 	require.ErrorContains(t, env.GetWorkflowError(), "clients leave it empty")
@@ -175,7 +176,7 @@ func TestSessionIsBounded(t *testing.T) {
 		big = sendTurn(env, "ss4", workflows.MaxSessionSteps/50+1, step("read_order", "o1", 1))
 	}, time.Minute)
 	env.RegisterDelayedCallback(func() { endSession(env, "succeeded") }, 2*time.Minute)
-	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss4"})
+	runSession(env, workflows.SessionStart{SessionID: "ss4"})
 	require.NoError(t, env.GetWorkflowError())
 	require.Error(t, big.rejected)
 	require.Contains(t, big.rejected.Error(), "MaxSessionSteps")
@@ -214,7 +215,7 @@ func TestSessionTurnIsRequestedByItsSender(t *testing.T) {
 		carolOnBob = update(env, workflows.UpdateApprove, "carol-2", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "carol", Approved: true})
 	})
 	at(7*time.Second, func() { endSession(env, "succeeded") })
-	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss5", RequestedBy: "bob"})
+	runSession(env, workflows.SessionStart{SessionID: "ss5", RequestedBy: "bob"})
 	require.NoError(t, env.GetWorkflowError())
 
 	require.Equal(t, "alice", aliceCard.RequestedBy, "the card names the turn's sender, not the session's starter")
@@ -247,9 +248,16 @@ func TestSessionCardShowsIdenticalCallsAlreadyMade(t *testing.T) {
 		update(env, workflows.UpdateApprove, "no", workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "carol", Approved: false})
 	}, 4*time.Second)
 	env.RegisterDelayedCallback(func() { endSession(env, "succeeded") }, 5*time.Second)
-	env.ExecuteWorkflow(workflows.SessionWorkflowName, workflows.SessionStart{SessionID: "ss6"})
+	runSession(env, workflows.SessionStart{SessionID: "ss6"})
 	require.NoError(t, env.GetWorkflowError())
 	require.Len(t, card.AlreadyRan, 1, "the identical charge, not the other order's: %v", card.AlreadyRan)
 	require.Contains(t, card.AlreadyRan[0], "ss6:1:1:charge (succeeded")
 	require.Equal(t, 2, h.p.count("charge"), "the held charge was rejected")
+}
+
+// runSession runs AgentSession for in under its own workflow ID (a session
+// runs only there).
+func runSession(env *testsuite.TestWorkflowEnvironment, in workflows.SessionStart) {
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: workflows.SessionWorkflowID(in.SessionID)})
+	env.ExecuteWorkflow(workflows.SessionWorkflowName, in)
 }

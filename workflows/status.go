@@ -57,14 +57,18 @@ const (
 // question's id, Fingerprint must equal the step's fingerprint (see
 // StepStatus.Fingerprint), so no approval ever covers changed arguments.
 // Override must be set to let a call through a guard clash shown on the
-// card. SentAt and Signature are set by a signing client (see package
-// operators); without an operators file on the worker, By is accepted as
-// typed and recorded as unverified.
+// card. RunID names the run of the plan the decision answers (Status.RunID):
+// a signed decision must carry it, so a signature answers one question of
+// one run and is refused by a reset or a second run of the same workflow ID.
+// SentAt and Signature are set by a signing client (see package operators);
+// without an operators file on the worker, By is accepted as typed and
+// recorded as unverified.
 //
-//	{"step": 3, "question_id": "q-3-approval-1", "fingerprint": "9f2c…", "by": "alice", "approved": true, "reason": "customer verified"}
+//	{"step": 3, "question_id": "q1-step3-approval", "run_id": "0193…", "fingerprint": "9f2c…", "by": "alice", "approved": true, "reason": "customer verified"}
 type ApproveSignal struct {
 	Step        int       `json:"step"`
 	QuestionID  string    `json:"question_id,omitempty"`
+	RunID       string    `json:"run_id,omitempty"`
 	Fingerprint string    `json:"fingerprint"`
 	By          string    `json:"by"`
 	Approved    bool      `json:"approved"`
@@ -89,12 +93,14 @@ const (
 
 // ResolveSignal is the payload of Update (and signal) `resolve`, answering
 // the open question of a step in needs_human (its outcome, a conflict, or a
-// failed reversal). QuestionID, SentAt and Signature as for ApproveSignal.
+// failed reversal). QuestionID, RunID, SentAt and Signature as for
+// ApproveSignal.
 //
-//	{"step": 2, "question_id": "q-2-outcome-1", "outcome": "succeeded", "external_id": "msg_81", "by": "bob", "note": "seen in the mail log"}
+//	{"step": 2, "question_id": "q2-step2-outcome", "run_id": "0193…", "outcome": "succeeded", "external_id": "msg_81", "by": "bob", "note": "seen in the mail log"}
 type ResolveSignal struct {
 	Step       int       `json:"step"`
 	QuestionID string    `json:"question_id,omitempty"`
+	RunID      string    `json:"run_id,omitempty"`
 	Outcome    Outcome   `json:"outcome"`
 	ExternalID string    `json:"external_id,omitempty"`
 	By         string    `json:"by"`
@@ -113,7 +119,12 @@ type DecisionResult struct {
 	// checked against the operators file.
 	By       string `json:"by"`
 	Verified bool   `json:"verified"`
-	Message  string `json:"message"`
+	// SentAt is the sent_at of the decision that was applied: a client
+	// that finds another than the one it sent knows its decision was a
+	// repeat, even when Temporal answered a repeated Update ID with the
+	// first decision's result.
+	SentAt  time.Time `json:"sent_at,omitzero"`
+	Message string    `json:"message"`
 }
 
 // Question kinds: what a human is asked.
@@ -237,7 +248,10 @@ type StepStatus struct {
 
 // Status is the answer of the `status` query and the workflow's result.
 type Status struct {
-	WorkflowID      string       `json:"workflow_id"`
+	WorkflowID string `json:"workflow_id"`
+	// RunID is the Temporal run the status is of; a signed decision names
+	// it (see ApproveSignal.RunID).
+	RunID           string       `json:"run_id,omitempty"`
 	SessionID       string       `json:"session_id"`
 	Turn            int          `json:"turn"`
 	RequestID       string       `json:"request_id,omitempty"`
@@ -250,6 +264,10 @@ type Status struct {
 	LedgerErrors []string `json:"ledger_errors,omitempty"`
 	// Questions are the open questions, oldest first.
 	Questions []Question `json:"questions,omitempty"`
+	// RefusedSignals counts the decision signals the plan refused; the
+	// first MaxRefusedRecorded are recorded (clipped) in their steps and
+	// the audit trail, the rest only counted.
+	RefusedSignals int `json:"refused_signals,omitempty"`
 }
 
 // NeedsHuman reports whether the plan waits for a person.
@@ -265,12 +283,14 @@ const (
 	UpdateResolve = SignalResolve
 )
 
-// signingPrefix versions the bytes a decision signature covers.
-const signingPrefix = "agentsaga-decision-v1\n"
+// signingPrefix versions the bytes a decision signature covers (v2: the
+// decision names its run).
+const signingPrefix = "agentsaga-decision-v2\n"
 
 // SigningBytes returns the bytes an operator's signature of a covers: the
-// workflow ID and every field of the decision except the signature itself,
-// so a signature answers exactly one question of one plan.
+// workflow ID and every field of the decision except the signature itself
+// (its run_id included), so a signature answers exactly one question of one
+// run of one plan.
 func (a ApproveSignal) SigningBytes(workflowID string) []byte {
 	a.Signature = ""
 	return signingBytes(workflowID, SignalApprove, a)

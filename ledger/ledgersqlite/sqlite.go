@@ -16,6 +16,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/agentsaga/agentsaga/internal/privfile"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/internal/sqlstore"
 )
@@ -66,6 +67,13 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	pragmas := fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_txlock=immediate", BusyTimeout.Milliseconds())
 	memory := path == Memory
+	if !memory {
+		// The ledger holds customer data: owner-only, whatever the
+		// directory's mode or the umask.
+		if err := privfile.Ensure(path); err != nil {
+			return nil, fmt.Errorf("ledgersqlite: %w", err)
+		}
+	}
 	db, err := sql.Open("sqlite", path+pragmas)
 	if err != nil {
 		return nil, fmt.Errorf("ledgersqlite: open %s: %w", path, err)

@@ -3,6 +3,7 @@ package ledgersqlite_test
 import (
 	"context"
 	"database/sql"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -102,4 +103,29 @@ func TestUpgradeInPlace(t *testing.T) {
 			op.Key, op.ActionType, op.RequestHash, string(op.Status), op.AttemptCount, op.GuardScope, op.GuardScope, at, at, at)
 		require.NoError(t, err)
 	})
+}
+
+// The ledger's file and its -wal and -shm are owner-only (0600) even in a
+// directory that others may read, and an existing wider file is narrowed.
+func TestLedgerFilesAreOwnerOnly(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755))
+	path := filepath.Join(dir, "ledger.db")
+	s, err := ledgersqlite.Open(context.Background(), path)
+	require.NoError(t, err)
+	_, err = s.DB().Exec(`PRAGMA user_version = 1`) // a write, so the -wal and -shm exist
+	require.NoError(t, err)
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(f)
+		require.NoError(t, err, f)
+		require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), f)
+	}
+	require.NoError(t, s.Close())
+	require.NoError(t, os.Chmod(path, 0o644))
+	s, err = ledgersqlite.Open(context.Background(), path)
+	require.NoError(t, err)
+	defer s.Close()
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "an existing wider file is narrowed")
 }

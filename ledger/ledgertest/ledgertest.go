@@ -160,6 +160,8 @@ func Run(t *testing.T, h Harness) {
 		{"PermitRace", testPermitRace},
 		{"PermitOverride", testPermitOverride},
 		{"GrantPermit", testGrantPermit},
+		{"OverrideSeesHolders", testOverrideSeesHolders},
+		{"UsedPermitRefused", testUsedPermitRefused},
 		{"TransitionKeepsResolver", testTransition},
 		{"GivenUpReleasesGuard", testGivenUpReleasesGuard},
 		{"GuardOutlivesPurge", testGuardOutlivesPurge},

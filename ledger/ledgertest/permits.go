@@ -12,13 +12,47 @@ import (
 )
 
 // grant stores a permit named id for r's key and request hash, and returns
-// its id.
+// its id. An override permit names the holders of r's guard scope now, as
+// the approver's card would show them.
 func (e *env) grant(id string, r ledger.ClaimRequest, override bool) string {
+	e.t.Helper()
+	var holders []string
+	if override {
+		holders = e.holders(r)
+	}
+	return e.grantShown(id, r, override, holders...)
+}
+
+// grantShown stores a permit named id for r's key and request hash, granted
+// on a card that showed holders, and returns its id.
+func (e *env) grantShown(id string, r ledger.ClaimRequest, override bool, holders ...string) string {
 	e.t.Helper()
 	require.NoError(e.t, e.store.GrantPermit(e.ctx, ledger.Permit{
 		ID: id, Key: r.Key, RequestHash: r.RequestHash, Policy: "amount_minor > 50000", Override: override, By: "alice",
+		Holders: holders,
 	}))
 	return id
+}
+
+// holders lists the operations that hold r's guard scope now, r's own key
+// excluded: active, and not only held for approval.
+func (e *env) holders(r ledger.ClaimRequest) []string {
+	e.t.Helper()
+	if r.GuardScope == "" {
+		return nil
+	}
+	ops, err := e.store.InScope(e.ctx, r.GuardScope, 1000)
+	require.NoError(e.t, err)
+	var keys []string
+	for _, op := range ops {
+		switch {
+		case op.Key == r.Key, op.Status == ledger.FailedFinal, op.Status == ledger.Compensated,
+			op.Status == ledger.NeedsHuman && op.AttemptCount == 0 && op.HoldReason != "":
+			continue
+		}
+		keys = append(keys, op.Key)
+	}
+	return keys
 }
 
 // consumedAt reads a permit's consumed_at from the raw table (the zero time
@@ -200,16 +234,21 @@ func testPermitOverride(t *testing.T, h Harness) {
 
 func testGrantPermit(t *testing.T, h Harness) {
 	e := newEnv(t, h)
-	p := ledger.Permit{ID: "q-1", Key: "k", RequestHash: "h1", Policy: "amount_minor > 50000", Override: true, By: "alice"}
+	p := ledger.Permit{ID: "q-1", Key: "k", RequestHash: "h1", Policy: "amount_minor > 50000", Override: true, By: "alice",
+		Holders: []string{"h2", "h1"}}
 	require.NoError(t, e.store.GrantPermit(e.ctx, p))
 	e.clock.Advance(time.Minute)
 	require.NoError(t, e.store.GrantPermit(e.ctx, p), "granting the same permit again is a no-op")
+	same := p
+	same.Holders = []string{"h1", "h2", "h1"}
+	require.NoError(t, e.store.GrantPermit(e.ctx, same), "the holders are a set")
 	for name, mutate := range map[string]func(*ledger.Permit){
 		"Key":         func(p *ledger.Permit) { p.Key = "k2" },
 		"RequestHash": func(p *ledger.Permit) { p.RequestHash = "h2" },
 		"Override":    func(p *ledger.Permit) { p.Override = false },
 		"By":          func(p *ledger.Permit) { p.By = "mallory" },
 		"Policy":      func(p *ledger.Permit) { p.Policy = "always" },
+		"Holders":     func(p *ledger.Permit) { p.Holders = []string{"h1"} },
 	} {
 		other := p
 		mutate(&other)

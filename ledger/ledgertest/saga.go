@@ -134,10 +134,8 @@ func testGuardOutlivesPurge(t *testing.T, h Harness) {
 func testInScope(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	scope := "refund-per-order:ord_1002"
-	var keys []string
 	for i, st := range []ledger.Status{ledger.Compensated, ledger.Succeeded, "held", ledger.InProgress} {
 		key := fmt.Sprintf("s%d", i)
-		keys = append(keys, key)
 		r := req(key)
 		r.GuardScope, r.GuardHold = scope, true
 		r.PermitID = e.grant("q-"+key, r, true) // all run beside each other

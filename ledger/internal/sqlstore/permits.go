@@ -3,8 +3,11 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentsaga/agentsaga/ledger"
@@ -30,8 +33,12 @@ func (s *Store) GrantPermit(ctx context.Context, p ledger.Permit) error {
 			return err
 		}
 	}
+	holders, err := holdersArg(p.Holders)
+	if err != nil {
+		return fmt.Errorf("ledger grant permit %q: %w", p.ID, err)
+	}
 	p.Policy, p.By = cleanText(p.Policy), cleanText(p.By)
-	res, err := s.db.ExecContext(ctx, s.q.grant, p.ID, p.Key, p.RequestHash, p.Policy, p.Override, p.By,
+	res, err := s.db.ExecContext(ctx, s.q.grant, p.ID, p.Key, p.RequestHash, p.Policy, p.Override, p.By, holders,
 		s.t(p.GrantedAt), s.nowArg())
 	if err != nil {
 		return fmt.Errorf("ledger grant permit %q: %w", p.ID, err)
@@ -45,20 +52,96 @@ func (s *Store) GrantPermit(ctx context.Context, p ledger.Permit) error {
 	if err != nil {
 		return fmt.Errorf("ledger grant permit %q: %w", p.ID, err)
 	}
-	if got.Key != p.Key || got.RequestHash != p.RequestHash || got.Policy != p.Policy || got.Override != p.Override || got.By != p.By {
-		return fmt.Errorf("ledger grant permit %q: the id already names another permit (operation %q, request hash %s, policy %q, override %t, by %q): a permit id names one approval; grant this one under a new id",
-			p.ID, got.Key, got.RequestHash, got.Policy, got.Override, got.By)
+	if got.Key != p.Key || got.RequestHash != p.RequestHash || got.Policy != p.Policy || got.Override != p.Override || got.By != p.By ||
+		!slices.Equal(got.Holders, normalHolders(p.Holders)) {
+		return fmt.Errorf("ledger grant permit %q: the id already names another permit (operation %q, request hash %s, policy %q, override %t, by %q, holders %v): a permit id names one approval; grant this one under a new id",
+			p.ID, got.Key, got.RequestHash, got.Policy, got.Override, got.By, got.Holders)
 	}
 	return nil
+}
+
+// maxHolders bounds the guard holders one permit names.
+const maxHolders = 100
+
+// normalHolders returns keys sorted, without repeats (nil when empty).
+func normalHolders(keys []string) []string {
+	if len(keys) == 0 {
+		return nil
+	}
+	out := slices.Clone(keys)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// holdersArg is the stored form of a permit's holders: a JSON array of the
+// sorted keys, or the empty string for none.
+func holdersArg(keys []string) (string, error) {
+	keys = normalHolders(keys)
+	if len(keys) > maxHolders {
+		return "", fmt.Errorf("the permit names %d guard holders, at most %d are kept: refuse the approval and settle the scope's operations first", len(keys), maxHolders)
+	}
+	for _, k := range keys {
+		if k == "" {
+			return "", fmt.Errorf("the permit names an empty guard holder key: name each holder's operation key")
+		}
+		if err := checkIdent("grant permit", "Holders", k); err != nil {
+			return "", err
+		}
+	}
+	if len(keys) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(keys)
+	return string(b), err
 }
 
 // readPermit returns the permit id, or sql.ErrNoRows.
 func (s *Store) readPermit(ctx context.Context, q queryer, id string) (ledger.Permit, error) {
 	p := ledger.Permit{ID: id}
 	var granted, consumed dbTime
-	err := q.QueryRowContext(ctx, s.q.permit, id).Scan(&p.Key, &p.RequestHash, &p.Policy, &p.Override, &p.By, &granted, &consumed)
+	var holders string
+	err := q.QueryRowContext(ctx, s.q.permit, id).Scan(&p.Key, &p.RequestHash, &p.Policy, &p.Override, &p.By, &granted, &consumed, &holders)
 	p.GrantedAt, p.ConsumedAt = granted.Time, consumed.Time
+	if err == nil && holders != "" {
+		if jerr := json.Unmarshal([]byte(holders), &p.Holders); jerr != nil {
+			return p, fmt.Errorf("permit %q: stored holders %q are not a JSON array of keys: %w", id, holders, jerr)
+		}
+		p.Holders = normalHolders(p.Holders)
+	}
 	return p, err
+}
+
+// unseenHolders checks an override permit against the guard scope's holders
+// now, inside tx (under the scope's lock): a holder the permit does not name
+// was not on the approver's card, and gives a reason for verdict ClashUnseen.
+func (s *Store) unseenHolders(ctx context.Context, tx *sql.Tx, req ledger.ClaimRequest, p ledger.Permit) (string, error) {
+	rows, err := tx.QueryContext(ctx, s.q.holders, req.GuardScope, req.Key)
+	if err != nil {
+		return "", fmt.Errorf("ledger claim %q: list the holders of guard %q: %w", req.Key, req.GuardScope, err)
+	}
+	defer rows.Close()
+	var unseen []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return "", fmt.Errorf("ledger claim %q: list the holders of guard %q: %w", req.Key, req.GuardScope, err)
+		}
+		if _, seen := slices.BinarySearch(p.Holders, k); !seen {
+			unseen = append(unseen, k)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("ledger claim %q: list the holders of guard %q: %w", req.Key, req.GuardScope, err)
+	}
+	if len(unseen) == 0 {
+		return "", nil
+	}
+	shown := "none"
+	if len(p.Holders) > 0 {
+		shown = strings.Join(p.Holders, ", ")
+	}
+	return fmt.Sprintf("guard %q is held by %s, which the card of permit %q did not show (it showed %s): the override covers only the clash the approver saw; ask again with a fresh card",
+		req.GuardScope, strings.Join(unseen, ", "), req.PermitID, shown), nil
 }
 
 // checkPermit reads req's permit inside tx. A permit that cannot start req

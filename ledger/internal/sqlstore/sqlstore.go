@@ -200,7 +200,7 @@ func (s *Store) marksArgs(st ledger.Status, now any) []any {
 
 type queries struct {
 	get, getNow, exists, insert, claim, complete, resolve, exceptions, purge, guard, duplicate, inScope string
-	permit, consume, grant, decision, decisions, replayed                                               string
+	permit, consume, grant, decision, decisions, replayed, holders                                      string
 }
 
 func newQueries(expand func(string) string) queries {
@@ -263,11 +263,16 @@ func newQueries(expand func(string) string) queries {
 		inScope: expand(`SELECT ` + columns + ` FROM operations
 			WHERE guard_scope = ? AND guard_scope <> ''
 			ORDER BY created_at DESC, operation_key DESC LIMIT ?`),
-		permit: expand(`SELECT operation_key, request_hash, policy, override, granted_by, granted_at, consumed_at
+		// holders lists every operation that holds a guard scope, as the
+		// guard query decides it (an override is checked against them).
+		holders: expand(`SELECT operation_key FROM operations
+			WHERE guard_scope = ? AND guard_scope <> '' AND operation_key <> ? AND ` + active + ` AND NOT ` + held + `
+			ORDER BY created_at, operation_key LIMIT ` + strconv.Itoa(maxHolders+1)),
+		permit: expand(`SELECT operation_key, request_hash, policy, override, granted_by, granted_at, consumed_at, holders
 			FROM permits WHERE permit_id = ?`),
 		consume: expand(`UPDATE permits SET consumed_at = {now} WHERE permit_id = ? AND consumed_at IS NULL`),
-		grant: expand(`INSERT INTO permits (permit_id, operation_key, request_hash, policy, override, granted_by, granted_at)
-			VALUES (?, ?, ?, ?, ?, ?, COALESCE({time}, {now})) ON CONFLICT (permit_id) DO NOTHING`),
+		grant: expand(`INSERT INTO permits (permit_id, operation_key, request_hash, policy, override, granted_by, holders, granted_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE({time}, {now})) ON CONFLICT (permit_id) DO NOTHING`),
 		decision: expand(`INSERT INTO decisions (question_id, operation_key, workflow_id, kind, decided_by, verified,
 			sent_at, applied_at, card, outcome, external_id, note, refused, opened_at)
 			VALUES (?, ?, ?, ?, ?, ?, {time}, COALESCE({time}, {now}), ?, ?, ?, ?, ?, {time}) RETURNING id`),
@@ -429,7 +434,10 @@ func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest) (c l
 		return c, false, fmt.Errorf("ledger claim %q: %w", req.Key, err)
 	}
 
-	var override bool
+	var (
+		override bool
+		permit   ledger.Permit
+	)
 	if req.PermitID != "" {
 		p, reason, err := s.checkPermit(ctx, tx, req)
 		if err != nil {
@@ -447,7 +455,7 @@ func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest) (c l
 			}
 			return ledger.Claim{Verdict: ledger.NoPermit, Reason: reason}, true, nil
 		}
-		override = p.Override
+		override, permit = p.Override, p
 	}
 
 	row := fresh{status: ledger.InProgress, attempts: 1}
@@ -460,7 +468,15 @@ func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest) (c l
 			return c, false, fmt.Errorf("ledger claim %q: guard check: %w", req.Key, err)
 		case override:
 			// A human saw the clash and let this one through: it runs
-			// beside the holder without taking the scope.
+			// beside the holders the card showed, without taking the
+			// scope; a holder the card did not show asks again.
+			reason, err := s.unseenHolders(ctx, tx, req, permit)
+			if err != nil {
+				return c, false, err
+			}
+			if reason != "" {
+				return ledger.Claim{Verdict: ledger.ClashUnseen, Reason: reason}, true, nil
+			}
 		case req.GuardHold:
 			row = fresh{status: ledger.NeedsHuman, holdReason: fmt.Sprintf(
 				"guard %q is held by operation %q (%s): approve to run this one as well, or resolve it as failed_final",
@@ -571,6 +587,13 @@ func (s *Store) takeHeld(ctx context.Context, req ledger.ClaimRequest, op ledger
 		return ledger.Claim{}, false, fmt.Errorf("ledger claim %q: begin: %w", req.Key, err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	if s.d.Lock != nil && op.GuardScope != "" {
+		// The holders are compared under the scope's lock, as a fresh
+		// claim's guard check is.
+		if err := s.d.Lock(ctx, tx, []string{"guard|" + op.GuardScope}); err != nil {
+			return ledger.Claim{}, false, fmt.Errorf("ledger claim %q: lock: %w", req.Key, err)
+		}
+	}
 	// The conditional update first: if the row changed (a concurrent claim
 	// ran it with this permit), decide again on the new row; otherwise the
 	// update holds the row until the permit is checked and consumed, and is
@@ -589,6 +612,17 @@ func (s *Store) takeHeld(ctx context.Context, req ledger.ClaimRequest, op ledger
 	if !p.Override {
 		return ledger.Claim{Verdict: ledger.Held, Operation: op, Reason: op.HoldReason + fmt.Sprintf(
 			" (permit %q was granted without override, so it does not cover this)", req.PermitID)}, true, nil
+	}
+	if op.GuardScope != "" {
+		scoped := req
+		scoped.GuardScope = op.GuardScope
+		reason, err := s.unseenHolders(ctx, tx, scoped, p)
+		if err != nil {
+			return ledger.Claim{}, false, err
+		}
+		if reason != "" {
+			return ledger.Claim{Verdict: ledger.ClashUnseen, Operation: op, Reason: reason}, true, nil
+		}
 	}
 	if reason, err := s.consume(ctx, tx, req); err != nil || reason != "" {
 		return ledger.Claim{Verdict: ledger.NoPermit, Operation: op, Reason: reason}, err == nil, err
@@ -886,6 +920,7 @@ func IndexedQueries(s *Store) []IndexedQuery {
 	now := s.nowArg()
 	return []IndexedQuery{
 		{"guard", s.q.guard, []any{"refund-per-order:o-1", "k"}, "operations_scope"},
+		{"holders", s.q.holders, []any{"refund-per-order:o-1", "k"}, "operations_scope"},
 		{"in scope", s.q.inScope, []any{"refund-per-order:o-1", 10}, "operations_scope"},
 		{"duplicate", s.q.duplicate, []any{now, "apply_refund", "order:o-1", "ab12", "k", now, int64(-1e9)}, "operations_duplicate"},
 		{"decisions", s.q.decisions, []any{"k", "k" + compensateSuffix}, "decisions_operation"},
