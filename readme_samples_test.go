@@ -2,6 +2,7 @@ package agentsaga_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"time"
 
@@ -43,28 +44,33 @@ func (t *createRefund) Spec() tool.Spec {
 		Timeout:     10 * time.Second,
 		Compensator: "reverse_refund", // a tool with Reversal: true
 		Approval:    &tool.Approval{Field: "amount_minor", AboveMinor: 50000},
+		// An effect found under the key is adopted only if it was made with
+		// these arguments (and never after the provider's key conflict
+		// without them).
+		Match: []tool.MatchField{{Arg: "order_id", Result: "order_id"}, {Arg: "amount_minor", Result: "amount_minor"}},
 	}
 }
 
 // Execute sends the operation key as Idempotency-Key; httptool maps "sent, no
 // answer" to tool.KindUnknown and 4xx business answers to tool.KindRejected.
 func (t *createRefund) Execute(ctx context.Context, call tool.Call) (tool.Result, error) {
-	var out struct {
-		ID string `json:"id"`
-	}
+	var out json.RawMessage // {"id": "re_1", "order_id": ..., "amount_minor": ...}
 	err := t.c.Do(ctx, httptool.Request{Method: "POST", Path: "/v1/refunds", Key: call.Key, Body: call.Args}, &out)
 	if err != nil {
 		return tool.Result{}, err
 	}
-	return tool.Result{ExternalID: out.ID}, nil
+	var id struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(out, &id)
+	return tool.Result{ExternalID: id.ID, Data: out}, nil // Data is checked against Match
 }
 
-// Reconcile looks the key up: found, absent (authoritative) or unknown.
+// Reconcile looks the key up: found (with the provider's record, which Match
+// checks), absent (authoritative) or unknown.
 func (t *createRefund) Reconcile(ctx context.Context, key string) (tool.Lookup, error) {
 	var out struct {
-		Refunds []struct {
-			ID string `json:"id"`
-		} `json:"refunds"`
+		Refunds []json.RawMessage `json:"refunds"`
 	}
 	if err := t.c.Do(ctx, httptool.Request{Method: "GET", Path: "/v1/refunds?idempotency_key=" + url.QueryEscape(key)}, &out); err != nil {
 		return tool.Lookup{Status: tool.Unknown}, nil
@@ -72,7 +78,11 @@ func (t *createRefund) Reconcile(ctx context.Context, key string) (tool.Lookup, 
 	if len(out.Refunds) == 0 {
 		return tool.Lookup{Status: tool.Absent, Authoritative: true}, nil
 	}
-	return tool.Lookup{Status: tool.Found, Result: tool.Result{ExternalID: out.Refunds[0].ID}}, nil
+	var id struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(out.Refunds[0], &id)
+	return tool.Lookup{Status: tool.Found, Result: tool.Result{ExternalID: id.ID, Data: out.Refunds[0]}}, nil
 }
 
 // readme:end
