@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,9 +119,7 @@ func TestSIGTERMLetsTheCallInFlightFinish(t *testing.T) {
 func buildWorkerBinary(ctx context.Context, t *testing.T, dir string) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	require.NoError(t, err, "the go command builds the worker binary: put it on PATH")
 	out := filepath.Join(dir, "worker-bin")
 	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, "../worker")
 	var log bytes.Buffer
