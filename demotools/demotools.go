@@ -13,7 +13,7 @@
 //	send_email           NON_IDEMPOTENT_WRITE  none (NoLookup: a human)        -
 //
 // apply_refund is declared NON_IDEMPOTENT_WRITE although the acquirer honours
-// the key, as DESIGN.md's table says: a refund is retried only when the
+// the key, as ARCHITECTURE.md's table says: a refund is retried only when the
 // request provably never left, and otherwise reconciled first. It waits for
 // approval above 500.00 and is guarded to one active refund per order;
 // create_payment waits for approval above 5,000.00. Money is capped per tool

@@ -208,16 +208,21 @@ func TestReadFileFifo(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-res, context.Canceled)
 
-	// A plan written to a fifo is read whole.
+	// A plan written to a fifo is read whole. A fifo of its own: the open
+	// abandoned above may still be pending (a signal that interrupts a
+	// blocked fifo open restarts it after its writer left, as the race
+	// detector's preemption makes likely), and would take this writer.
+	fifo2 := filepath.Join(dir, "plan2.fifo")
+	require.NoError(t, syscall.Mkfifo(fifo2, 0o600))
 	ctx = context.Background()
 	go func() {
-		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		w, err := os.OpenFile(fifo2, os.O_WRONLY, 0)
 		if err == nil {
 			fmt.Fprint(w, planWith(ticket))
 			w.Close()
 		}
 	}()
-	data, err := plan.ReadFile(ctx, fifo, 1000)
+	data, err := plan.ReadFile(ctx, fifo2, 1000)
 	require.NoError(t, err)
 	require.True(t, bytes.HasPrefix(data, []byte(`{"session_id"`)))
 }

@@ -128,7 +128,7 @@ var assignPattern = regexp.MustCompile(`(?i)\b(?:x-)?(?:api[_-]?key|api[_-]?secr
 // rewriteAssignments masks the value of every secret assignment
 // (api_key=..., "password": "...").
 func rewriteAssignments(s string) (string, bool) {
-	if strings.IndexAny(s, ":=") < 0 {
+	if !strings.ContainsAny(s, ":=") {
 		return s, false
 	}
 	return rewriteMatches(s, assignPattern, func(m []int) (int, int, string, bool) {

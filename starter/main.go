@@ -49,6 +49,8 @@ demo:
   chaos [--plans N] [--seed S] [--json] randomized plans under faults, kills and a server restart; checks the invariants
 agents:
   mcp (--http HOST:PORT | --stdio)      serve the tools to MCP clients, each call a turn of the caller's session
+other:
+  version                               which agentsaga this is (release, or the commit it was built from)
 
 Every command takes --json for machine-readable output (errors too). Temporal is reached with
 --address/--namespace (env TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE); the ledger with --ledger or
@@ -75,6 +77,7 @@ var synopsis = map[string]string{
 	"demo":            "demo: run the stories on an embedded Temporal server and check every count",
 	"chaos":           "chaos [--plans N] [--seed S] [--workers N] [--short] [--json]: randomized plans under every sandbox fault, worker SIGKILLs and a Temporal restart; invariants checked in the providers' stores and the ledger (see README, Chaos run)",
 	"bench":           "bench [--rounds N] [--concurrency 1,10,50] [--json]: agentsaga against plain Temporal on one embedded server in one process (see BENCHMARKS.md)",
+	"version":         "version [--json]: print which agentsaga this is (the release set at build time, else the module version or commit from the build information)",
 	"mcp":             "mcp (--http HOST:PORT | --stdio): serve the registered tools to MCP clients; each tools/call is one turn of the caller's AgentSession (see README, MCP gateway)",
 }
 
@@ -145,6 +148,7 @@ func commands() map[string]command {
 		"escalations": cmdEscalations, "exceptions": cmdExceptions, "audit": cmdAudit, "ledger": cmdLedger,
 		"operator": cmdOperator, "sandbox": cmdSandbox, "demo": cmdDemo, "mcp": cmdMCP, "codec": cmdCodec, "report": cmdReport,
 		"chaos": cmdChaos, "bench": cmdBench,
+		"version": cmdVersion,
 	}
 }
 

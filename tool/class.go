@@ -9,7 +9,7 @@ import (
 // and what a lost response means.
 type Class string
 
-// The side-effect classes, as named in DESIGN.md and in every payload.
+// The side-effect classes, as named in ARCHITECTURE.md and in every payload.
 const (
 	// Read has no side effect: it may be retried on timeouts and 5xx.
 	Read Class = "READ"
@@ -67,7 +67,7 @@ func (p RetryPolicy) Validate() error {
 	return nil
 }
 
-// DefaultRetry returns the class's default retry policy (DESIGN.md):
+// DefaultRetry returns the class's default retry policy (ARCHITECTURE.md):
 // READ 3 attempts from 200 ms doubling up to 5 s; writes 2 attempts from
 // 500 ms doubling up to 10 s. Every class is bounded in attempts and in the
 // wait between them, so a persistent outage ends in a decision, not a loop;
@@ -82,7 +82,7 @@ func DefaultRetry(c Class) RetryPolicy {
 }
 
 // Retryable reports whether a failure of kind k may be retried for a tool of
-// class c. This is the whole retry rule of DESIGN.md in one table:
+// class c. This is the whole retry rule of ARCHITECTURE.md in one table:
 //
 //	READ:                  timeouts, 5xx, 429, not sent
 //	IDEMPOTENT_WRITE:      5xx, 429, not sent (never a timeout: that is UNKNOWN)

@@ -152,6 +152,8 @@ func (s Schema) CheckWith(prefix string, args json.RawMessage, lim ArgLimits) []
 		}
 	}
 	var unknown []string
+	// Collected, then sorted: the order of the map does not reach the result.
+	//workflowcheck:ignore
 	for name := range obj {
 		if _, ok := s.Field(name); !ok {
 			unknown = append(unknown, name)

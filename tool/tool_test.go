@@ -55,7 +55,7 @@ func TestRegistryAcceptsDeclaredTools(t *testing.T) {
 }
 
 func TestRetryableByClass(t *testing.T) {
-	// DESIGN.md's table, row by row.
+	// ARCHITECTURE.md's table, row by row.
 	want := map[tool.Class]map[tool.Kind]bool{
 		tool.Read:               {tool.KindUnknown: true, tool.KindUnavailable: true, tool.KindThrottled: true, tool.KindNotSent: true, tool.KindInFlight: true},
 		tool.IdempotentWrite:    {tool.KindUnavailable: true, tool.KindThrottled: true, tool.KindNotSent: true, tool.KindInFlight: true},

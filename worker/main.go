@@ -37,6 +37,7 @@ import (
 	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/devserver"
 	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/internal/version"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/redact"
@@ -83,11 +84,16 @@ func run(ctx context.Context, args []string) error {
 	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+" (moving with --port); \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
 	allowPlaintext := fs.Bool("allow-plaintext-payloads", os.Getenv(config.EnvAllowPlaintext) == "true", "with codec keys: accept plans, turns and decisions that a client sent unencrypted (by default they are refused, so no customer data is stored in the clear; env "+config.EnvAllowPlaintext+"=true)")
 	verbose := fs.Bool("v", false, "log every tool call")
+	showVersion := fs.Bool("version", false, "print which agentsaga this is and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // the flags were printed
 		}
 		return usageError{err}
+	}
+	if *showVersion {
+		fmt.Println(version.Line())
+		return nil
 	}
 	if *dev {
 		follow := func(base int) int { // a port that moves with --port

@@ -1,0 +1,104 @@
+package agentsaga_test
+
+import (
+	"bytes"
+	"go/format"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// goBlocks returns the ```go blocks of a Markdown text, with the line each
+// starts on.
+func goBlocks(md string) (blocks []string, lines []int) {
+	var cur []string
+	in := false
+	for i, l := range strings.Split(md, "\n") {
+		switch {
+		case !in && strings.TrimSpace(l) == "```go":
+			in, cur = true, nil
+			lines = append(lines, i+1)
+		case in && strings.TrimSpace(l) == "```":
+			in = false
+			blocks = append(blocks, strings.Join(cur, "\n")+"\n")
+		case in:
+			cur = append(cur, l)
+		}
+	}
+	return blocks, lines
+}
+
+// regions returns the text between "// readme:begin" and "// readme:end"
+// lines of a Go file, each without the indentation of its begin line.
+func regions(src string) []string {
+	var out []string
+	var cur []string
+	indent, in := "", false
+	for _, l := range strings.Split(src, "\n") {
+		t := strings.TrimSpace(l)
+		switch {
+		case t == "// readme:begin":
+			in, cur = true, nil
+			indent = l[:len(l)-len(strings.TrimLeft(l, "\t "))]
+		case t == "// readme:end":
+			in = false
+			out = append(out, strings.Join(cur, "\n")+"\n")
+		case in:
+			cur = append(cur, strings.TrimPrefix(l, indent))
+		}
+	}
+	return out
+}
+
+// gofmt formats a fragment of Go (declarations or statements).
+func gofmt(t *testing.T, what, src string) string {
+	t.Helper()
+	b, err := format.Source([]byte(src))
+	require.NoError(t, err, "%s does not parse as Go:\n%s", what, src)
+	return string(bytes.TrimSpace(b))
+}
+
+// TestREADMEGoBlocks: every ```go block of README.md is, gofmt aside, a
+// region of readme_samples_test.go, in the same order, so the README's code
+// compiles against the packages it names (with this package's tests, go vet
+// and staticcheck).
+func TestREADMEGoBlocks(t *testing.T) {
+	md, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	src, err := os.ReadFile("readme_samples_test.go")
+	require.NoError(t, err)
+	blocks, lines := goBlocks(string(md))
+	require.NotEmpty(t, blocks, "README.md has no ```go block: remove this test and readme_samples_test.go, or fix the extraction")
+	got := regions(string(src))
+	for i, b := range blocks {
+		require.Less(t, i, len(got), "README.md line %d: a ```go block that readme_samples_test.go does not hold: copy it there between // readme:begin and // readme:end, with what it uses around it", lines[i])
+		require.Equal(t, gofmt(t, "README.md's block at line "+strconv.Itoa(lines[i]), b), gofmt(t, "region "+strconv.Itoa(i+1)+" of readme_samples_test.go", got[i]),
+			"README.md line %d: the block differs from region %d of readme_samples_test.go: change both alike", lines[i], i+1)
+	}
+	require.Len(t, got, len(blocks), "readme_samples_test.go holds a region that README.md no longer has: remove it")
+}
+
+// TestArchitecturePaths: every repository path ARCHITECTURE.md names in
+// backquotes (plan/key.go, ledger/ledgertest, .ci/workflowcheck.yaml) exists,
+// so the picture moves when the code does.
+func TestArchitecturePaths(t *testing.T) {
+	md, err := os.ReadFile("ARCHITECTURE.md")
+	require.NoError(t, err)
+	pathLike := regexp.MustCompile("`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+|[A-Za-z0-9_-]+\\.(?:go|md|yaml))`")
+	seen := 0
+	for _, m := range pathLike.FindAllStringSubmatch(string(md), -1) {
+		p := strings.TrimSuffix(m[1], "/...")
+		if p == "tools/call" { // the MCP method, not a path
+			continue
+		}
+		seen++
+		_, err := os.Stat(filepath.FromSlash(p))
+		require.NoError(t, err, "ARCHITECTURE.md names %s, which is not in the repository: update ARCHITECTURE.md", p)
+	}
+	require.Greater(t, seen, 10, "the path pattern finds ARCHITECTURE.md's paths")
+}
