@@ -67,25 +67,25 @@ type headerDecl struct {
 }
 
 type toolDecl struct {
-	Name            string         `yaml:"name"`
-	Description     string         `yaml:"description"`
-	System          string         `yaml:"system"`
-	Class           string         `yaml:"class"`
-	Timeout         string         `yaml:"timeout"`
-	Retry           *retryDecl     `yaml:"retry"`
-	Args            []argDecl      `yaml:"args"`
-	Approval        *approvalDecl  `yaml:"approval"`
-	MaxAmountMinor  int64          `yaml:"max_amount_minor"`
-	Guard           *guardDecl     `yaml:"guard"`
-	Match           []matchDecl    `yaml:"match"`
-	ReconcileWindow string         `yaml:"reconcile_window"`
-	Compensator     string         `yaml:"compensator"`
-	Reverses        string         `yaml:"reverses"`
-	NoLookup        bool           `yaml:"no_lookup"`
-	Request         requestDecl    `yaml:"request"`
-	Response        responseDecl   `yaml:"response"`
-	Errors          *errorsDecl    `yaml:"errors"`
-	Lookup          *lookupDecl    `yaml:"lookup"`
+	Name            string        `yaml:"name"`
+	Description     string        `yaml:"description"`
+	System          string        `yaml:"system"`
+	Class           string        `yaml:"class"`
+	Timeout         string        `yaml:"timeout"`
+	Retry           *retryDecl    `yaml:"retry"`
+	Args            []argDecl     `yaml:"args"`
+	Approval        *approvalDecl `yaml:"approval"`
+	MaxAmountMinor  int64         `yaml:"max_amount_minor"`
+	Guard           *guardDecl    `yaml:"guard"`
+	Match           []matchDecl   `yaml:"match"`
+	ReconcileWindow string        `yaml:"reconcile_window"`
+	Compensator     string        `yaml:"compensator"`
+	Reverses        string        `yaml:"reverses"`
+	NoLookup        bool          `yaml:"no_lookup"`
+	Request         requestDecl   `yaml:"request"`
+	Response        responseDecl  `yaml:"response"`
+	Errors          *errorsDecl   `yaml:"errors"`
+	Lookup          *lookupDecl   `yaml:"lookup"`
 }
 
 type retryDecl struct {
