@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -455,7 +456,7 @@ func join(path, key string) string {
 
 // pathKey is a key as a path element: quoted when it is not a plain name.
 func pathKey(k string) string {
-	if validName(k) {
+	if len(k) <= MaxNameLen && keyRE.MatchString(k) {
 		return k
 	}
 	return fmt.Sprintf("%q", clip(k, 40))
@@ -470,6 +471,8 @@ func clip(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
+
+var keyRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 // readFile reads a catalogue file, refusing one above MaxFileBytes without
 // reading it all.
