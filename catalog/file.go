@@ -263,6 +263,10 @@ func decodeFile(data []byte, p *problems) *file {
 	if len(p.list) > 0 {
 		return nil
 	}
+	if f.Docs[0].Body == nil {
+		p.add("", "is empty: write `version: 1` and the systems and tools")
+		return nil
+	}
 	var generic any
 	if err := yaml.NodeToValue(f.Docs[0].Body, &generic); err != nil {
 		p.add("", "cannot be read: %s", oneLine(err))
