@@ -88,7 +88,7 @@ func ParseWith(opts Options, srcs ...Source) (*Catalog, error) {
 	if nTools > MaxTools {
 		b.p.add("tools", "%d tools declared, the limit is %d", nTools, MaxTools)
 	}
-	if len(b.p.list) > 0 {
+	if b.p.n() > 0 {
 		return nil, b.p.err()
 	}
 	for fi, f := range files {
@@ -199,7 +199,7 @@ type system struct {
 
 func (b *builder) tool(path string, d toolDecl) *httpTool {
 	p := b.p
-	before := len(p.list)
+	before := p.n()
 	s := b.spec(path, d)
 	t := &httpTool{spec: s, reverses: d.Reverses, enums: b.enums[d.Name]}
 	sys, ok := b.systems[d.System]
@@ -252,7 +252,7 @@ func (b *builder) tool(path string, d toolDecl) *httpTool {
 	} else if s.Class.IsWrite() && !d.NoLookup {
 		p.add(path+".lookup", "a write needs a lookup by key, or no_lookup: true so its unknown outcomes go to a human")
 	}
-	if len(p.list) > before {
+	if p.n() > before {
 		return nil
 	}
 	return t

@@ -40,6 +40,9 @@ const (
 	MaxNameLen = 64
 	// MaxDepth is the deepest nesting of YAML collections.
 	MaxDepth = 32
+	// MaxProblems is how many problems an Error lists; the rest are
+	// counted.
+	MaxProblems = 200
 )
 
 // file is a catalogue file as written.
@@ -197,6 +200,7 @@ type absentDecl struct {
 type problems struct {
 	prefix string
 	list   []string
+	more   int
 }
 
 func (p *problems) add(path, format string, args ...any) {
@@ -207,6 +211,10 @@ func (p *problems) add(path, format string, args ...any) {
 	if p.prefix != "" {
 		msg = p.prefix + ": " + msg
 	}
+	if len(p.list) >= MaxProblems {
+		p.more++
+		return
+	}
 	p.list = append(p.list, msg)
 }
 
@@ -214,18 +222,24 @@ func (p *problems) err() error {
 	if len(p.list) == 0 {
 		return nil
 	}
-	return &Error{Problems: p.list}
+	return &Error{Problems: p.list, More: p.more}
 }
 
 // Error is a refused catalogue: every problem found, each a YAML path and
 // what to change.
 type Error struct {
 	Problems []string
+	// More counts the problems found beyond MaxProblems, not listed.
+	More int
 }
 
 // Error implements error.
 func (e *Error) Error() string {
-	return fmt.Sprintf("tool catalogue refused, fix every problem named (%d): %s", len(e.Problems), strings.Join(e.Problems, "; "))
+	msg := fmt.Sprintf("tool catalogue refused, fix every problem named (%d): %s", len(e.Problems)+e.More, strings.Join(e.Problems, "; "))
+	if e.More > 0 {
+		msg += fmt.Sprintf("; and %d more problems of the same file: fix these first", e.More)
+	}
+	return msg
 }
 
 // decodeFile checks the raw YAML (size, UTF-8, depth, aliases, unknown and
@@ -260,7 +274,7 @@ func decodeFile(data []byte, p *problems) *file {
 	if w.maxDepth > MaxDepth {
 		p.add("", "nests collections %d deep, the limit is %d", w.maxDepth, MaxDepth)
 	}
-	if len(p.list) > 0 {
+	if p.n() > 0 {
 		return nil
 	}
 	if f.Docs[0].Body == nil {
@@ -276,9 +290,9 @@ func decodeFile(data []byte, p *problems) *file {
 		p.add("", "is empty: write `version: 1` and the systems and tools")
 		return nil
 	}
-	before := len(p.list)
+	before := p.n()
 	checkKeys(generic, reflect.TypeFor[file](), "", p)
-	if len(p.list) > before {
+	if p.n() > before {
 		return nil
 	}
 	var out file
@@ -496,3 +510,6 @@ func readFile(path string) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// n counts the problems found, listed or not.
+func (p *problems) n() int { return len(p.list) + p.more }

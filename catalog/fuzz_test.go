@@ -19,6 +19,7 @@ func nasty() map[string]string {
 	for i, prev := 'b', 'a'; i <= 'j'; i, prev = i+1, i {
 		laughs += string(i) + ": &" + string(i) + " [" + strings.Repeat("*"+string(prev)+",", 8) + "*" + string(prev) + "]\n"
 	}
+	laughs += "systems: *j\n"
 	return map[string]string{
 		"example":         string(example),
 		"provider":        string(provider),
@@ -56,6 +57,20 @@ func deepBlock(n int) string {
 var refused = []string{"huge", "deep_flow", "deep_block", "billion_laughs", "merge_key", "duplicate_keys", "duplicate_tool",
 	"invalid_utf8", "inline_secret", "inline_token", "userinfo", "two_documents", "null", "empty", "nul", "long_key", "many_tools_flow", "secret_in_env"}
 
+// because names what the refusal of some seeds must say.
+var because = map[string]string{
+	"huge":           "the limit is 1048576",
+	"deep_flow":      "nests collections 100000 deep",
+	"deep_block":     "nests collections",
+	"billion_laughs": "uses YAML anchors, aliases or merge keys",
+	"merge_key":      "uses YAML anchors, aliases or merge keys",
+	"invalid_utf8":   "is not valid UTF-8",
+	"inline_secret":  "carries a credential",
+	"inline_token":   "looks like a secret",
+	"userinfo":       "holds credentials",
+	"secret_in_env":  "is not a name",
+}
+
 const fuzzSecret = "fuzz-secret-value-4242"
 
 func fuzzParse(data []byte) (*catalog.Catalog, error) {
@@ -73,6 +88,9 @@ func TestNastySeedsAreRefusedQuickly(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: accepted", name)
 			continue
+		}
+		if w := because[name]; !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: %v, want it to say %q", name, err, w)
 		}
 		var ce *catalog.Error
 		if !errors.As(err, &ce) {
@@ -121,4 +139,14 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A file with thousands of mistakes gets a bounded message.
+func TestProblemsAreBounded(t *testing.T) {
+	src := "version: 1\nsystems: [{name: a, base_url: \"https://a.example.com\"}]\ntools:\n  - name: t\n    args:\n" + strings.Repeat("      - {name: n, type: text}\n", 400)
+	_, err := fuzzParse([]byte(src))
+	var ce *catalog.Error
+	if !errors.As(err, &ce) || len(ce.Problems) != catalog.MaxProblems || ce.More == 0 {
+		t.Fatalf("%d problems listed, %d more; want %d listed and the rest counted", len(ce.Problems), ce.More, catalog.MaxProblems)
+	}
 }
