@@ -245,7 +245,7 @@ func (b *builder) tool(path string, d toolDecl) *httpTool {
 		if d.NoLookup {
 			p.add(path+".lookup", "the tool declares no_lookup: remove one of them")
 		}
-		t.lookup = b.lookup(path+".lookup", *d.Lookup, scope)
+		t.lookup = b.lookup(path+".lookup", *d.Lookup)
 		if t.lookup != nil && t.lookup.lag > 0 && s.Window() <= t.lookup.lag {
 			p.add(path+".reconcile_window", "%s is not longer than the lookup's lag %s: an absent answer could never settle", s.Window(), t.lookup.lag)
 		}
@@ -273,7 +273,8 @@ func fieldsOf(d toolDecl) map[string]bool {
 	return m
 }
 
-// checkRefs reports references of t that scope does not know.
+// template parses src and reports every reference that sc does not know
+// (requiredOnly: optional arguments too, for paths).
 func (b *builder) template(path, src string, sc refScope, requiredOnly bool) template {
 	t, msg := parseTemplate(src)
 	if msg != "" {

@@ -119,7 +119,7 @@ func (b *builder) request(path string, d requestDecl, sc refScope, write, keyed 
 		if k.BodyField != "" {
 			if d.Body == nil {
 				p.add(path+".key.body_field", "the request has no body: declare body, or send the key in a header")
-			} else if _, clash := bd(d).Fields[k.BodyField]; clash {
+			} else if _, clash := d.Body.Fields[k.BodyField]; clash {
 				p.add(path+".key.body_field", "%q is also a body field: remove one", clip(k.BodyField, 40))
 			}
 			r.keyBody = k.BodyField
@@ -133,8 +133,6 @@ func (b *builder) request(path string, d requestDecl, sc refScope, write, keyed 
 	}
 	return r
 }
-
-func bd(d requestDecl) *bodyDecl { return d.Body }
 
 func (r request) usesKey() bool {
 	if sendsKey(r.path) {
@@ -211,7 +209,7 @@ func (b *builder) errorRules(path string, d *errorsDecl) errorRules {
 	return e
 }
 
-func (b *builder) lookup(path string, d lookupDecl, sc refScope) *lookup {
+func (b *builder) lookup(path string, d lookupDecl) *lookup {
 	p := b.p
 	l := &lookup{foundStatus: d.Found.Status, item: d.Found.Item, externalID: d.Found.ExternalID,
 		absentStatus: d.Absent.Status, authoritative: d.Absent.Authoritative, authoritativeIf: d.Absent.AuthoritativeIf}
@@ -224,7 +222,6 @@ func (b *builder) lookup(path string, d lookupDecl, sc refScope) *lookup {
 	if !l.req.usesKey() {
 		p.add(path+".request", "a lookup must ask by key: use {key} in its path or query")
 	}
-	_ = sc
 	if len(l.foundStatus) == 0 {
 		l.foundStatus = []int{http.StatusOK}
 	}
@@ -433,8 +430,7 @@ func (t *httpTool) build(r request, en *env, key string) (httptool.Request, *exc
 		if r.form {
 			f := url.Values{}
 			for k, v := range obj {
-				s, _, _ := (&env{args: map[string]any{"v": v}}).value("v")
-				f.Set(k, s)
+				f.Set(k, text(v))
 			}
 			body = []byte(f.Encode())
 			ex.contentType = "application/x-www-form-urlencoded"
@@ -461,8 +457,7 @@ func (t *httpTool) remap(err error, ex *exchange) error {
 		code = ""
 		if doc, derr := decodeAny(se.Body); derr == nil {
 			if v, ok := resolve(doc, t.errs.code); ok {
-				code, _, _ = (&env{args: map[string]any{"v": v}}).value("v")
-				code = redact.String(code)
+				code = redact.String(text(v))
 			}
 		}
 	}

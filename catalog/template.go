@@ -147,7 +147,4 @@ func (e *env) jsonValue(t template) (any, bool) {
 	return e.render(t, nil)
 }
 
-var (
-	pathEscape  = url.PathEscape
-	queryEscape = url.QueryEscape
-)
+var pathEscape = url.PathEscape
