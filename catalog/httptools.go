@@ -618,6 +618,21 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			r.Header[k] = vs
 		}
 	}
+	if r.Method != http.MethodGet && (r.Body == nil || r.Body == http.NoBody) {
+		// net/http resends on its own a bodiless request that carries an
+		// Idempotency-Key (or X-Idempotency-Key) header when a reused
+		// connection closes before the answer: a second send the saga never
+		// sees, and a lost answer hidden. It looks for the header under its
+		// canonical name only, so the header is written in lower case (HTTP
+		// header names are case-insensitive) and the request stays sent at
+		// most once.
+		for _, h := range []string{"Idempotency-Key", "X-Idempotency-Key"} {
+			if v, ok := r.Header[h]; ok {
+				delete(r.Header, h)
+				r.Header[strings.ToLower(h)] = v
+			}
+		}
+	}
 	base := tr.base
 	if base == nil {
 		base = http.DefaultTransport
