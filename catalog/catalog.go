@@ -189,13 +189,20 @@ type enumArg struct {
 	values []string
 }
 
-// system is a provider the catalogue's tools call.
+// system is a provider the catalogue's tools call. Its headers hold
+// secrets: it prints without them.
 type system struct {
 	name    string
 	baseURL string
 	headers http.Header
 	client  *http.Client
 }
+
+// String implements fmt.Stringer without the headers' values.
+func (s *system) String() string { return "system " + s.name + " (headers masked)" }
+
+// GoString implements fmt.GoStringer without the headers' values.
+func (s *system) GoString() string { return s.String() }
 
 func (b *builder) tool(path string, d toolDecl) *httpTool {
 	p := b.p

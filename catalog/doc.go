@@ -27,6 +27,7 @@
 //	      - {name: X-Api-Key, from_file: /run/secrets/pay_key}
 //	tools:
 //	  - name: apply_refund
+//	    description: Refund an amount of an order.
 //	    system: payments
 //	    class: NON_IDEMPOTENT_WRITE
 //	    timeout: 10s
@@ -47,6 +48,55 @@
 // catalog.schema.json (JSON Schema 2020-12) describes the same format for
 // editors; examples/sandbox.yaml declares the seven sandbox demo tools and
 // their reversals.
+//
+// # Keys of a tool
+//
+//	name, description, system, class    required; class is READ, IDEMPOTENT_WRITE,
+//	                                     CONDITIONAL_WRITE or NON_IDEMPOTENT_WRITE
+//	timeout                              required, one attempt (Go duration)
+//	retry                                max_attempts, initial_interval,
+//	                                     backoff_coefficient (default 2), maximum_interval
+//	args                                 name, type (string, integer, money, currency,
+//	                                     email, boolean, enum), required, description,
+//	                                     multiline, max_len, enum (values of an enum)
+//	approval                             always: true, or field + above_minor; window
+//	max_amount_minor, reconcile_window   as tool.Spec
+//	guard                                scope, fields, hold, duplicate_window, form
+//	match                                arg, result (a key of response.keep), default, if_set
+//	compensator / reverses               the reversal's name on the original, and the
+//	                                     original's name on the reversal (both required)
+//	no_lookup                            a write without a lookup: UNKNOWN goes to a human
+//	request                              method, path, query, headers, body {format: json|form,
+//	                                     fields}, key {header, body_field}
+//	response                             external_id (pointer), keep {name: pointer},
+//	                                     reject_if {pointer, equals, code} for a 2xx refusal
+//	errors                               code (pointer into the error body, default
+//	                                     /error/code), rules [{status, codes, outcome}]:
+//	                                     the first matching rule names the outcome
+//	                                     (rejected, conflict, throttled, unavailable,
+//	                                     in_flight); without one httptool's table holds
+//	lookup                               request (GET, must use {key}), found {status
+//	                                     (default 200), item (pointer to the effect, such
+//	                                     as /tickets/0), external_id (default /id)},
+//	                                     absent {status, authoritative, authoritative_if
+//	                                     (pointer to a boolean)}, lag (must be shorter than
+//	                                     the reconcile window)
+//
+// A write must send its key (key.header, key.body_field or {key} in a
+// template) and declare a lookup or no_lookup. Pointers are RFC 6901. The
+// result of a call is the external id and the kept fields only; the rest of
+// the provider's answer is dropped. Throttled and unavailable answers carry
+// the provider's Retry-After (capped at httptool.MaxRetryAfter).
+//
+// # Use
+//
+//	cat, err := catalog.Load(paths...)   // every problem of every file, or the catalogue
+//	reg, err := cat.Registry(goTools...) // a tool.Registry with Go tools beside them
+//	specs := cat.Specs()                 // for validating plans without any provider
+//
+// Secrets are read once, when the catalogue is loaded; from_file and
+// ca_file paths are as given (relative ones to the worker's working
+// directory). A loaded catalogue prints without them.
 //
 // # Templates
 //

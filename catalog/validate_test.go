@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -173,6 +174,11 @@ tools:
 	}
 	if len(c.Tools()) != 1 {
 		t.Fatalf("%d tools", len(c.Tools()))
+	}
+	for _, shown := range []string{fmt.Sprintf("%v %+v %#v", c, c, c), fmt.Sprintf("%v %+v %#v", c.Tools()[0], c.Tools()[0], c.Tools()[0])} {
+		if strings.Contains(shown, "from-env-secret") || strings.Contains(shown, "from-file-secret") {
+			t.Errorf("printing the catalogue shows a secret: %s", shown)
+		}
 	}
 	os.Unsetenv("A_TOKEN")
 	_, err = catalog.Parse("t.yaml", []byte(strings.Replace(src, dir+"/key", dir+"/nope", 1)))
