@@ -87,16 +87,16 @@ func TestSandboxCatalogLostAnswerLookupAndReversal(t *testing.T) {
 	sb, reg := sandboxCatalog(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
-		tool, op, provider, kind, reversalKind string
-		args                                   map[string]any
+		tool, op, reverseOp, provider, kind, reversalKind string
+		args                                              map[string]any
 	}{
-		{"apply_refund", "refunds.create", "payments", "refund", "refund_reversal",
+		{"apply_refund", "refunds.create", "refunds.reverse", "payments", "refund", "refund_reversal",
 			map[string]any{"order_id": "ord_1001", "amount_minor": 1000, "currency": "EUR", "reason": "damaged"}},
-		{"create_payment", "payments.create", "payments", "payment", "payment_reversal",
+		{"create_payment", "payments.create", "payments.reverse", "payments", "payment", "payment_reversal",
 			map[string]any{"customer_id": "cus_ana", "amount_minor": 2500, "currency": "EUR", "payment_method": "tok_visa"}},
-		{"create_ticket", "tickets.create", "crm", "ticket", "ticket_closure",
+		{"create_ticket", "tickets.create", "tickets.close", "crm", "ticket", "ticket_closure",
 			map[string]any{"subject": "Refund issued", "order_id": "ord_1001"}},
-		{"create_invoice", "invoices.create", "accounting", "invoice", "invoice_storno",
+		{"create_invoice", "invoices.create", "invoices.storno", "accounting", "invoice", "invoice_storno",
 			map[string]any{"customer_id": "cus_ana", "amount_minor": 4200, "currency": "EUR"}},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
@@ -136,10 +136,14 @@ func TestSandboxCatalogLostAnswerLookupAndReversal(t *testing.T) {
 					t.Fatalf("reversal with the id: %v", err)
 				}
 			}
-			// Again, with the id: the reversal's own key dedupes it.
+			// Again, with the id, and its answer lost: UNKNOWN, and the
+			// reversal's own key dedupes it at the provider.
 			rev.OriginalExternalID = res.ExternalID
-			if _, err := exec(t, reg, spec.Compensator, tool.CompensationKey(key), rev); err != nil {
-				t.Fatalf("second reversal: %v", err)
+			if err := sb.Client().Fault(ctx, sandbox.FaultSpec{Op: tc.reverseOp, Fault: sandbox.CommitThenDrop}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := exec(t, reg, spec.Compensator, tool.CompensationKey(key), rev); tool.KindOf(err) != tool.KindUnknown {
+				t.Fatalf("second reversal, answer lost: %v, want unknown", err)
 			}
 			rl, err := reg.Reconcile(ctx, spec.Compensator, tool.CompensationKey(key))
 			if err != nil || rl.Status != tool.Found {
