@@ -48,3 +48,30 @@ func TestSystemCAFile(t *testing.T) {
 	_, err := catalog.Parse("t.yaml", []byte("version: 1\nsystems: [{name: a, base_url: \"https://a.example.com\", ca_file: /nonexistent/ca.pem}]\n"))
 	wantProblems(t, err, "systems[0].ca_file: cannot be read")
 }
+
+type recordingTransport struct{ got *http.Request }
+
+func (r *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.got = req
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: req}, nil
+}
+
+// Options.Transport is the base transport of every system (for a
+// worker's instrumented transport): it gets each request with the system's
+// headers set, the path's values path-escaped and the query's escaped.
+func TestOptionsTransport(t *testing.T) {
+	rt := &recordingTransport{}
+	c, err := catalog.ParseWith(catalog.Options{Transport: rt, Getenv: func(string) (string, bool) { return "tok", true }}, catalog.Source{Name: "t.yaml", Data: []byte(`version: 1
+systems: [{name: a, base_url: "https://a.example.com/api", headers: [{name: Authorization, prefix: "Bearer ", from_env: T}]}]
+tools: [{name: t, description: T., system: a, class: READ, timeout: 5s, args: [{name: q, type: string}, {name: id, type: string, required: true}], request: {path: "/x/{id}", query: {q: "{q}", fixed: "1"}}}]
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Tools()[0].Execute(context.Background(), tool.Call{Key: "k", Args: []byte(`{"q":"a b&c","id":"o/1 ?"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if rt.got == nil || rt.got.Header.Get("Authorization") != "Bearer tok" || rt.got.URL.String() != "https://a.example.com/api/x/o%2F1%20%3F?fixed=1&q=a+b%26c" {
+		t.Fatalf("request %v", rt.got)
+	}
+}
