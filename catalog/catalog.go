@@ -232,8 +232,14 @@ func (b *builder) tool(path string, d toolDecl) *httpTool {
 		if d.Compensator != "" {
 			p.add(path+".compensator", "a reversal cannot itself be reversed")
 		}
+		if s.Class.Valid() && !s.Class.IsWrite() {
+			p.add(path+".class", "a reversal is a write: declare its write class")
+		}
 	}
 	if d.Compensator != "" {
+		if s.Class.Valid() && !s.Class.IsWrite() {
+			p.add(path+".compensator", "a READ tool has nothing to reverse: remove it")
+		}
 		c, ok := b.decls[d.Compensator]
 		switch {
 		case !ok:

@@ -429,8 +429,8 @@ func checkKeys(v any, t reflect.Type, path string, p *problems) {
 			}
 			return
 		}
-		for k, e := range m {
-			checkKeys(e, t.Elem(), join(path, k), p)
+		for _, k := range sortedKeys(m) {
+			checkKeys(m[k], t.Elem(), join(path, k), p)
 		}
 	case reflect.String:
 		switch v.(type) {

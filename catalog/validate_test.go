@@ -280,3 +280,30 @@ tools:
 		"tools[1].reconcile_window: 30s is not longer than the lookup's lag 1m0s",
 	)
 }
+
+// Reversals and originals name each other, and a reversal is a write.
+func TestValidationReversalPairs(t *testing.T) {
+	err := parse(t, `version: 1
+systems: [{name: a, base_url: "https://a.example.com"}]
+tools:
+  - {name: r, description: R., system: a, class: READ, timeout: 1s, compensator: u, request: {path: /r}}
+  - name: u
+    description: U.
+    system: a
+    class: READ
+    timeout: 1s
+    reverses: r
+    args: [{name: x, type: string}]
+    request: {path: "/u/{original.args.nope}/{original.foo}/{x}"}
+  - {name: v, description: V., system: a, class: READ, timeout: 1s, request: {path: "/v/{original.key}"}}
+`, nil)
+	wantProblems(t, err,
+		"tools[0].compensator: a READ tool has nothing to reverse",
+		"tools[1].class: a reversal is a write",
+		"tools[1].args: a reversal's arguments are fixed",
+		"tools[1].request.path: {original.args.nope} is not an argument of the reversed tool",
+		"tools[1].request.path: {original.foo} is not known",
+		"tools[1].request.path: {x} is not a declared argument",
+		"tools[2].request.path: {original.key} is only for reversal tools",
+	)
+}
