@@ -8,6 +8,11 @@ import (
 	"github.com/agentsaga/agentsaga/tool"
 )
 
+// EnvTools is the environment variable that names catalogue files when no
+// --tools flag does: paths separated by os.PathListSeparator (split them
+// with filepath.SplitList).
+const EnvTools = "AGENTSAGA_TOOLS"
+
 // Catalog is a loaded, checked tool catalogue.
 type Catalog struct {
 	tools []tool.Tool
