@@ -1,0 +1,128 @@
+// Package catalog declares HTTP tools in a YAML file instead of Go: the
+// systems a worker talks to (base URL, TLS CA, auth headers whose secrets
+// come from environment variables or files) and, per tool, everything a
+// tool.Spec holds plus how to call the provider, read its answer, map its
+// errors to tool kinds, look an effect up by key and reverse it.
+//
+// Stability: experimental. The file format may change before 1.0; a
+// `version: 1` line is required so a later format can be told apart.
+//
+// A catalogue is loaded with Load (or Parse), which refuses the whole file on
+// any problem and names every problem at once with its YAML path, such as
+// `tools.yaml: tools[2].request.path: {order} is not a declared argument`.
+// Unknown keys are errors. The tools it builds use package httptool, so the
+// rules of its table hold: the operation key is sent on every attempt, a
+// lost answer after the request left is tool.KindUnknown, a refused
+// connection tool.KindNotSent, and the transport never resends on its own.
+//
+// # The file
+//
+//	version: 1
+//	systems:
+//	  - name: payments
+//	    base_url: https://pay.example.com      # ${NAME} is read from the environment
+//	    ca_file: /etc/ssl/pay-ca.pem           # optional, PEM
+//	    headers:
+//	      - {name: Authorization, prefix: "Bearer ", from_env: PAY_TOKEN}
+//	      - {name: X-Api-Key, from_file: /run/secrets/pay_key}
+//	tools:
+//	  - name: apply_refund
+//	    description: Refund an amount of an order.
+//	    system: payments
+//	    class: NON_IDEMPOTENT_WRITE
+//	    timeout: 10s
+//	    args:
+//	      - {name: order_id, type: string, required: true}
+//	      - {name: amount_minor, type: money, required: true}
+//	      - {name: currency, type: currency, required: true}
+//	    request:
+//	      method: POST
+//	      path: /v1/refunds
+//	      key: {header: Idempotency-Key}
+//	      body: {format: json, fields: {order_id: "{order_id}", amount_minor: "{amount_minor}", currency: "{currency}"}}
+//	    response: {external_id: /id, keep: {order_id: /order_id, amount_minor: /amount_minor}}
+//	    lookup:
+//	      request: {path: /v1/refunds, query: {idempotency_key: "{key}"}}
+//	      absent: {status: [404], authoritative: true}
+//
+// catalog.schema.json (JSON Schema 2020-12) describes the same format for
+// editors; examples/sandbox.yaml declares the seven sandbox demo tools and
+// their reversals.
+//
+// # Keys of a tool
+//
+//	name, description, system, class    required; class is READ, IDEMPOTENT_WRITE,
+//	                                     CONDITIONAL_WRITE or NON_IDEMPOTENT_WRITE
+//	timeout                              required, one attempt (Go duration)
+//	retry                                max_attempts, initial_interval,
+//	                                     backoff_coefficient (default 2), maximum_interval
+//	args                                 name, type (string, integer, money, currency,
+//	                                     email, boolean, enum), required, description,
+//	                                     multiline, max_len, enum (values of an enum)
+//	approval                             always: true, or field + above_minor; window
+//	max_amount_minor, reconcile_window   as tool.Spec
+//	guard                                scope, fields, hold, duplicate_window, form
+//	match                                arg, result (a key of response.keep), default, if_set
+//	compensator / reverses               the reversal's name on the original, and the
+//	                                     original's name on the reversal (both required)
+//	no_lookup                            a write without a lookup: UNKNOWN goes to a human
+//	request                              method, path, query, headers, body {format: json|form,
+//	                                     fields}, key {header, body_field}
+//	response                             external_id (pointer), keep {name: pointer},
+//	                                     reject_if {pointer, equals, code} for a 2xx refusal
+//	errors                               code (pointer into the error body, default
+//	                                     /error/code), rules [{status, codes, outcome}]:
+//	                                     the first matching rule names the outcome
+//	                                     (rejected, conflict, throttled, unavailable,
+//	                                     in_flight); without one httptool's table holds
+//	lookup                               request (GET, must use {key}), found {status
+//	                                     (default 200), item (pointer to the effect, such
+//	                                     as /tickets/0), external_id (default /id)},
+//	                                     absent {status, authoritative, authoritative_if
+//	                                     (pointer to a boolean)}, lag (must be shorter than
+//	                                     the reconcile window)
+//
+// A write must send its key (key.header, key.body_field or {key} in a
+// template) and declare a lookup or no_lookup. Pointers are RFC 6901. The
+// result of a call is the external id and the kept fields only; the rest of
+// the provider's answer is dropped. Throttled and unavailable answers carry
+// the provider's Retry-After (capped at httptool.MaxRetryAfter).
+//
+// # Use
+//
+//	cat, err := catalog.Load(paths...)   // every problem of every file, or the catalogue
+//	reg, err := cat.Registry(goTools...) // a tool.Registry with Go tools beside them
+//	specs := cat.Specs()                 // for validating plans without any provider
+//
+// Secrets are read once, when the catalogue is loaded; from_file and
+// ca_file paths are as given (relative ones to the worker's working
+// directory). A loaded catalogue prints without them.
+//
+// # Templates
+//
+// Path, query, body and header templates are text with references in
+// braces: {name} is the argument called name, {key} the operation key. In a
+// reversal tool (one that declares `reverses: TOOL`) {original.external_id},
+// {original.key}, {original.tool} and {original.args.NAME} name what is
+// undone, and {key} is the reversal's own key (the original's key plus
+// ":compensate"). Values are URL-escaped in paths and queries. A body field
+// or query parameter whose template references an argument the call leaves
+// out is not sent; a body field that is exactly one reference keeps the
+// argument's JSON type (a number stays a number). A path may reference only
+// required arguments. Braces cannot be written literally.
+//
+// # Limits
+//
+// A file is at most MaxFileBytes, with at most MaxSystems systems, MaxTools
+// tools, MaxArgs arguments per tool, MaxRules error rules per tool and
+// MaxTemplateLen bytes per template; Load takes at most MaxFiles files.
+// YAML anchors, aliases and merge keys are refused (they are how a small file
+// becomes a huge one), and so is nesting deeper than MaxDepth.
+//
+// # What the format cannot say
+//
+// An enum argument is checked by the tool before anything is sent (a
+// rejection), not by plan validation: tool.Schema has no enum type. Anything
+// beyond one HTTP request per call (SMTP, gRPC, an SDK, a multi-step
+// protocol) is a Go tool, registered next to the catalogue's tools.
+package catalog
