@@ -34,7 +34,7 @@ import (
 	"time"
 )
 
-// Status is an operation's state. The names are DESIGN.md's step states, the
+// Status is an operation's state. The names are ARCHITECTURE.md's step states, the
 // same in the workflow query, the ledger, the CLI and the UI.
 type Status string
 

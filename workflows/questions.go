@@ -771,6 +771,9 @@ func clip(s string, n int) string {
 // openList returns the open questions, oldest first.
 func (r *run) openList() []Question {
 	var out []Question
+	// Collected, then sorted by (opened, step), which is unique: qs is
+	// keyed by step.
+	//workflowcheck:ignore
 	for _, q := range r.qs {
 		out = append(out, q.Question)
 	}
