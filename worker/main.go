@@ -24,7 +24,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,6 +34,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/agentsaga/agentsaga/catalog"
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/demotools"
@@ -43,6 +46,7 @@ import (
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/telemetry"
+	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -79,7 +83,12 @@ func run(ctx context.Context, args []string) error {
 	var ledgerFlag string
 	config.RegisterLedger(fs, &ledgerFlag, "default sqlite under --data-dir")
 	sandboxAddr := fs.String("sandbox-addr", "127.0.0.1:8090", "with --dev: where the sandbox providers listen")
-	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers (env "+config.EnvSandboxURL+"; --dev starts its own)")
+	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers, for the demo tools when no --tools is given (env "+config.EnvSandboxURL+"; --dev starts its own)")
+	var toolFiles []string
+	fs.Func("tools", "a tool catalogue file (YAML, see catalog/); repeatable; the worker runs the tools it declares (env "+catalog.EnvTools+", a path list)", func(v string) error {
+		toolFiles = append(toolFiles, v)
+		return nil
+	})
 	operatorsFile := fs.String("operators", os.Getenv(config.EnvOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+config.EnvOperators+"; without it typed names are recorded as unverified)")
 	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+" (moving with --port); \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
 	allowPlaintext := fs.Bool("allow-plaintext-payloads", os.Getenv(config.EnvAllowPlaintext) == "true", "with codec keys: accept plans, turns and decisions that a client sent unencrypted (by default they are refused, so no customer data is stored in the clear; env "+config.EnvAllowPlaintext+"=true)")
@@ -163,8 +172,11 @@ func run(ctx context.Context, args []string) error {
 		return st.Close()
 	}
 
-	if *sandboxURL == "" {
-		return usageError{fmt.Errorf("--sandbox-url (or %s) is required without --dev: the demo tools call the sandbox providers", config.EnvSandboxURL)}
+	if len(toolFiles) == 0 {
+		toolFiles = filepath.SplitList(os.Getenv(catalog.EnvTools))
+	}
+	if len(toolFiles) == 0 && *sandboxURL == "" {
+		return usageError{fmt.Errorf("no tools: give --tools FILE (a tool catalogue of your own APIs; env %s), or --sandbox-url (env %s) for the demo tools", catalog.EnvTools, config.EnvSandboxURL)}
 	}
 	dsn := ledgerDSN
 	if dsn == "" {
@@ -173,9 +185,9 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("make data directory: %w", err)
 		}
 	}
-	tools, err := demotools.Registry(demotools.SandboxConfig(*sandboxURL))
+	tools, err := workerTools(toolFiles, *sandboxURL)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	store, err := ledgerdb.Open(ctx, dsn)
 	if err != nil {
@@ -238,7 +250,11 @@ func run(ctx context.Context, args []string) error {
 	if ring, src, err := t.Keyring(); err == nil && ring != nil {
 		payloads = fmt.Sprintf("encrypted with key %s (%s)", ring.Current(), src)
 	}
-	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s, API key %s\ndecisions: %s\npayloads: %s\nmetrics: %s, traces: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), t.APIKeyState(), identity,
+	toolsLine := fmt.Sprintf("the demo tools against the sandbox at %s", *sandboxURL)
+	if len(toolFiles) > 0 {
+		toolsLine = fmt.Sprintf("%s (from %s)", strings.Join(tools.Names(), ", "), strings.Join(toolFiles, ", "))
+	}
+	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s, API key %s\ntools: %s\ndecisions: %s\npayloads: %s\nmetrics: %s, traces: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), t.APIKeyState(), toolsLine, identity,
 		payloads, orOff(metricsURL), tracing(tel))
 	<-ctx.Done()
 	stopSignals() // a second signal ends the process at once
@@ -285,4 +301,22 @@ func portFlag(err error) error {
 		return usageError{fmt.Errorf("%s is taken (another dev stack?): pass %s with another address (port 0 for a free one): %w", ae.Addr, flags[ae.Option], err)}
 	}
 	return err
+}
+
+// workerTools is the worker's registry: the tools of the catalogue files
+// when any are given (the worker refuses to start on any problem in them,
+// naming every one), else the demo tools against the sandbox at sandboxURL.
+func workerTools(files []string, sandboxURL string) (*tool.Registry, error) {
+	if len(files) == 0 {
+		return demotools.Registry(demotools.SandboxConfig(sandboxURL))
+	}
+	cat, err := catalog.Load(files...)
+	if err != nil {
+		return nil, fmt.Errorf("--tools: %w", err)
+	}
+	reg, err := cat.Registry()
+	if err != nil {
+		return nil, fmt.Errorf("--tools: %w", err)
+	}
+	return reg, nil
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,4 +151,21 @@ func TestTakenPortNamesTheFlag(t *testing.T) {
 		require.Error(t, err, flagName)
 		require.Contains(t, err.Error(), "pass "+flagName, flagName)
 	}
+}
+
+// A catalogue with problems stops the worker before it connects, naming
+// every problem; without --tools and without --sandbox-url it says what to
+// give.
+func TestToolsFileProblemsStopTheWorker(t *testing.T) {
+	t.Setenv("AGENTSAGA_SANDBOX_URL", "")
+	t.Setenv("AGENTSAGA_TOOLS", "")
+	bad := filepath.Join(t.TempDir(), "tools.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("version: 1\ntools:\n  - name: pay\n    class: MAYBE_WRITE\n    system: nowhere\n"), 0o600))
+	err := run(context.Background(), []string{"--tools", bad, "--address", "127.0.0.1:1"})
+	require.Error(t, err)
+	for _, want := range []string{"--tools", "tools[0].class", "tools[0].system"} {
+		require.Contains(t, err.Error(), want)
+	}
+	err = run(context.Background(), []string{"--address", "127.0.0.1:1"})
+	require.ErrorContains(t, err, "give --tools FILE")
 }

@@ -60,7 +60,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		opt(&o)
 	}
 	if path == "" {
-		return nil, errors.New("ledgersqlite: empty path: pass a file path such as data/ledger.db, or ledgersqlite.Memory for a database in memory")
+		return nil, errors.New("ledgersqlite: empty path: pass a file path such as data/ledger.db, or :memory: for a database in memory")
 	}
 	if strings.ContainsRune(path, '?') {
 		return nil, fmt.Errorf("ledgersqlite: path %q contains '?': choose a file name without it", path)
