@@ -478,3 +478,22 @@ func TestAuditPrintsTheRowAndItsTrail(t *testing.T) {
 	require.ErrorContains(t, err, "read the audit trail of s:1:3:apply_refund: not implemented yet")
 	require.Contains(t, out.String(), "operation s:1:3:apply_refund", "the row is shown even when the trail cannot be read")
 }
+
+// `starter run --tools FILE` checks a plan against that catalogue before it
+// connects anywhere: a tool the catalogue does not declare is refused
+// (exit 2), and a catalogue with problems names them.
+func TestRunChecksPlansAgainstTheCatalogueGiven(t *testing.T) {
+	t.Setenv("AGENTSAGA_SANDBOX_URL", "http://127.0.0.1:9")
+	cat := filepath.Join("..", "catalog", "examples", "sandbox.yaml")
+	var out bytes.Buffer
+	p := `{"session_id":"s-cat","turn":1,"steps":[{"tool":"launch_rocket","args":{}}]}`
+	err := run(context.Background(), []string{"run", "--tools", cat, "--address", "127.0.0.1:1", "--plan", "-"}, strings.NewReader(p), &out)
+	require.Equal(t, 2, code(err), "%v", err)
+	require.ErrorContains(t, err, "launch_rocket")
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("version: 1\ntools:\n  - name: x\n    class: NOPE\n"), 0o600))
+	err = run(context.Background(), []string{"run", "--tools", bad, "--address", "127.0.0.1:1", "--plan", "-"}, strings.NewReader(p), &out)
+	require.Equal(t, 2, code(err), "%v", err)
+	require.ErrorContains(t, err, "tools[0].class")
+}

@@ -14,11 +14,12 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/sagaclient"
+
+	"github.com/agentsaga/agentsaga/tool"
 )
 
 // mcpPath is where `starter mcp --http` serves the streamable HTTP
@@ -89,17 +90,17 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 		return err
 	}
 	defer closeFn()
-	return serveMCP(ctx, sc, m, stdin, out, os.Stderr)
+	tools, err := c.registry()
+	if err != nil {
+		return err
+	}
+	return serveMCP(ctx, sc, tools, m, stdin, out, os.Stderr)
 }
 
 // serveMCP serves the gateway over plans until ctx ends (HTTP) or the
 // client closes its side (stdio). Logs go to logw; with --stdio, out
 // carries the protocol and nothing else.
-func serveMCP(ctx context.Context, plans mcpgw.Plans, m mcpFlags, stdin io.Reader, out, logw io.Writer) error {
-	tools, err := demotools.Registry(demotools.Config{})
-	if err != nil {
-		return err
-	}
+func serveMCP(ctx context.Context, plans mcpgw.Plans, tools *tool.Registry, m mcpFlags, stdin io.Reader, out, logw io.Writer) error {
 	log := slog.New(redact.NewHandler(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	srv, err := mcpgw.New(plans, tools, mcpgw.Options{
 		DuplicateWindow: m.window, CallTimeout: m.timeout, Logger: log,

@@ -15,9 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/agentsaga/agentsaga/demotools"
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
+	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -110,7 +112,7 @@ func TestMCPServesOverStdio(t *testing.T) {
 	var logs bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- serveMCP(t.Context(), plans, m, inR, outW, &logs)
+		done <- serveMCP(t.Context(), plans, demoRegistry(t), m, inR, outW, &logs)
 		_ = outW.Close()
 	}()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "starter-test", Version: "1"}, nil).
@@ -132,7 +134,7 @@ func TestMCPServesOverStreamableHTTP(t *testing.T) {
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- serveMCP(ctx, &mcpPlans{}, m, strings.NewReader(""), outW, io.Discard)
+		done <- serveMCP(ctx, &mcpPlans{}, demoRegistry(t), m, strings.NewReader(""), outW, io.Discard)
 		_ = outW.Close()
 	}()
 	line, err := bufio.NewReader(outR).ReadString('\n')
@@ -150,4 +152,12 @@ func TestMCPServesOverStreamableHTTP(t *testing.T) {
 	require.NoError(t, cs.Close())
 	cancel()
 	require.NoError(t, <-done, "the server stops when its context ends")
+}
+
+// demoRegistry is the demo tools' registry, the gateway's default.
+func demoRegistry(t *testing.T) *tool.Registry {
+	t.Helper()
+	reg, err := demotools.Registry(demotools.Config{})
+	require.NoError(t, err)
+	return reg
 }

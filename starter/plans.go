@@ -23,6 +23,10 @@ import (
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/workflows"
+	"path/filepath"
+
+	"github.com/agentsaga/agentsaga/catalog"
+	"github.com/agentsaga/agentsaga/tool"
 )
 
 // Environment variables the starter reads besides config's.
@@ -44,10 +48,15 @@ type conn struct {
 	temporal config.Temporal
 	uiURL    string
 	json     bool
+	tools    []string // catalogue files (--tools)
 }
 
 func (c *conn) register(fs *flag.FlagSet) {
 	c.temporal.Register(fs)
+	fs.Func("tools", "a tool catalogue file the worker runs (YAML, see catalog/), to check plans against before they are sent and to serve over MCP; repeatable (env "+catalog.EnvTools+"; default: the demo tools)", func(v string) error {
+		c.tools = append(c.tools, v)
+		return nil
+	})
 	fs.StringVar(&c.uiURL, "ui-url", envOr(envUIURL, defaultUIURL), "Temporal Web UI base URL, for links (env "+envUIURL+"; worker --dev serves it on --ui-port)")
 	fs.BoolVar(&c.json, "json", false, "print JSON (errors too, on standard error)")
 }
@@ -70,7 +79,42 @@ func (c *conn) dial(key *operators.Key) (*sagaclient.Client, func(), error) {
 	// AGENTSAGA_CODEC_KEYS_FILE, AGENTSAGA_CODEC_KEYS, or worker --dev's
 	// under the data directory); sagaclient reads the fingerprint memo with
 	// the default converter, so it gets memos decoded.
-	return sagaclient.New(codec.DecodeMemos(tc, cd), sagaclient.Options{TaskQueue: c.temporal.TaskQueue, Catalog: demotools.Specs(), Key: key}), tc.Close, nil
+	specs, err := c.specs()
+	if err != nil {
+		tc.Close()
+		return nil, nil, err
+	}
+	return sagaclient.New(codec.DecodeMemos(tc, cd), sagaclient.Options{TaskQueue: c.temporal.TaskQueue, Catalog: specs, Key: key}), tc.Close, nil
+}
+
+// registry returns the tools of the catalogue files given with --tools (or
+// $AGENTSAGA_TOOLS), else the demo tools.
+func (c *conn) registry() (*tool.Registry, error) {
+	files := c.tools
+	if len(files) == 0 {
+		files = filepath.SplitList(os.Getenv(catalog.EnvTools))
+	}
+	if len(files) == 0 {
+		return demotools.Registry(demotools.Config{})
+	}
+	cat, err := catalog.Load(files...)
+	if err != nil {
+		return nil, usageErr("--tools: %v", err)
+	}
+	reg, err := cat.Registry()
+	if err != nil {
+		return nil, usageErr("--tools: %v", err)
+	}
+	return reg, nil
+}
+
+// specs returns the specs plans are checked against (see registry).
+func (c *conn) specs() (tool.Specs, error) {
+	reg, err := c.registry()
+	if err != nil {
+		return nil, err
+	}
+	return reg.Specs(), nil
 }
 
 func (c *conn) link(workflowID string) string {
@@ -98,7 +142,7 @@ func mintRequestID(p *plan.Plan) (bool, error) {
 
 // readPlan is readPlanContext without cancellation.
 func readPlan(file string, stdin io.Reader) (plan.Plan, bool, error) {
-	return readPlanContext(context.Background(), file, stdin)
+	return readPlanContext(context.Background(), file, stdin, demotools.Specs())
 }
 
 // readPlanContext reads, validates and completes the plan of `run` without
@@ -106,7 +150,7 @@ func readPlan(file string, stdin io.Reader) (plan.Plan, bool, error) {
 // over the limit exits 2 naming it, so --plan /dev/zero ends at once) and
 // returns when ctx ends (Ctrl-C, SIGTERM), also while a fifo or a terminal
 // has nothing to give.
-func readPlanContext(ctx context.Context, file string, stdin io.Reader) (plan.Plan, bool, error) {
+func readPlanContext(ctx context.Context, file string, stdin io.Reader, specs tool.Catalog) (plan.Plan, bool, error) {
 	limits := plan.DefaultLimits()
 	var (
 		data []byte
@@ -129,7 +173,7 @@ func readPlanContext(ctx context.Context, file string, stdin io.Reader) (plan.Pl
 	if err != nil {
 		return plan.Plan{}, false, usageErr("%v", err)
 	}
-	if err := p.Validate(demotools.Specs()); err != nil {
+	if err := p.Validate(specs); err != nil {
 		return plan.Plan{}, false, usageErr("%v", err)
 	}
 	minted, err := mintRequestID(&p)
@@ -152,7 +196,11 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	if *file == "" || len(pos) > 0 {
 		return usageErr("run: usage: run --plan FILE|- [--wait]")
 	}
-	p, minted, err := readPlanContext(ctx, *file, stdin)
+	specs, err := c.specs()
+	if err != nil {
+		return err
+	}
+	p, minted, err := readPlanContext(ctx, *file, stdin, specs)
 	if err != nil {
 		return err
 	}
