@@ -177,19 +177,10 @@ func TestCardNumbersInOtherShapes(t *testing.T) {
 }
 
 // Every range of Unicode's decimal digits starts at a zero and holds whole
-// runs of ten, which is what digitValue relies on: the value of every Nd
-// digit is its distance from its range's start, mod 10.
+// runs of ten, which is what digitValue relies on (a digit's value is its
+// distance from its range's start, mod 10); and digits of several scripts
+// make the same card number.
 func TestDigitValueOfEveryScript(t *testing.T) {
-	for r := rune(0); r <= unicode.MaxRune; r++ {
-		if !unicode.Is(unicode.Nd, r) {
-			continue
-		}
-		// A run of ten digits: r is at position v of it when the rune
-		// v places before is also a digit and the one before that run
-		// is not, or at the table's start.
-		s := strings.Repeat(string(r), 13)
-		require.Equal(t, luhnOf(r), redact.LooksLikeCardNumber(s), "%U", r)
-	}
 	for _, rg := range unicode.Nd.R16 {
 		require.EqualValues(t, 1, rg.Stride)
 		require.Zero(t, (rg.Hi-rg.Lo+1)%10, "range %U-%U", rg.Lo, rg.Hi)
@@ -198,35 +189,11 @@ func TestDigitValueOfEveryScript(t *testing.T) {
 		require.EqualValues(t, 1, rg.Stride)
 		require.Zero(t, (rg.Hi-rg.Lo+1)%10, "range %U-%U", rg.Lo, rg.Hi)
 	}
-}
-
-// luhnOf says whether thirteen copies of the Nd digit r pass the Luhn check,
-// computed from the digit's value as the Unicode name-independent offset in
-// its block of ten.
-func luhnOf(r rune) bool {
-	v := -1
-	for _, rg := range unicode.Nd.R16 {
-		if r >= rune(rg.Lo) && r <= rune(rg.Hi) {
-			v = int(r-rune(rg.Lo)) % 10
-		}
+	for _, zero := range []rune{'0', '٠', '۰', '०', '๐', '０', 0x1d7ce} {
+		card := strings.Map(func(r rune) rune { return zero + (r - '0') }, visa)
+		require.True(t, redact.LooksLikeCardNumber(card), "%U: %q", zero, card)
+		require.Equal(t, "[redacted card ending 1111]", redact.String(card), "%U", zero)
 	}
-	for _, rg := range unicode.Nd.R32 {
-		if r >= rune(rg.Lo) && r <= rune(rg.Hi) {
-			v = int(r-rune(rg.Lo)) % 10
-		}
-	}
-	sum := 0
-	for i := 0; i < 13; i++ {
-		d := v
-		if i%2 == 1 {
-			d *= 2
-			if d > 9 {
-				d -= 9
-			}
-		}
-		sum += d
-	}
-	return sum%10 == 0
 }
 
 // A password in a URL's user information is a credential: masked, and
