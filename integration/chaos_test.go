@@ -13,9 +13,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/chaos"
+	"github.com/agentsaga/agentsaga/internal/chaos"
 	"github.com/agentsaga/agentsaga/codec"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 )
 
 // TestChaosShort is the CI version of `starter chaos`: 20 randomized plans

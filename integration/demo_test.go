@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/demo"
-	"github.com/agentsaga/agentsaga/devstack"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/demo"
+	"github.com/agentsaga/agentsaga/internal/devstack"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 )
 
 // TestDemo runs the demo's four stories on a fresh stack: the report must be

@@ -16,12 +16,12 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/agentsaga/agentsaga/codec"
-	"github.com/agentsaga/agentsaga/demotools"
-	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/internal/demotools"
+	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaworker"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 )
 
 // Environment of a worker process: when envWorker is set, the test binary

@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/telemetry"
 	"github.com/agentsaga/agentsaga/workflows"
 )

@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

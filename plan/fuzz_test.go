@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode"
 
-	"github.com/agentsaga/agentsaga/demotools"
+	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentsaga/agentsaga/chaos"
+	"github.com/agentsaga/agentsaga/internal/chaos"
 	"github.com/agentsaga/agentsaga/redact"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 )
 
 // chaosWorkerArg is the hidden first argument of `starter chaos` that makes

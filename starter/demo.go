@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/agentsaga/agentsaga/demo"
-	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/internal/demo"
+	"github.com/agentsaga/agentsaga/internal/devstack"
 )
 
 func cmdDemo(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/config"
-	"github.com/agentsaga/agentsaga/demotools"
+	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/sagaclient"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/redact"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 )
 
 func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentsaga/agentsaga/config"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 )
 
 // `starter sandbox` sends the admin token: env AGENTSAGA_SANDBOX_TOKEN, else

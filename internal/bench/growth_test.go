@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/internal/bench"
 )
 
 // testPostgresDSN is the database the tests use (PostgreSQL runs on every

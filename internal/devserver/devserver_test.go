@@ -23,7 +23,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/devserver"
+	"github.com/agentsaga/agentsaga/internal/devserver"
 )
 
 // Names like the product's; the tests only need a keyword and a bool.

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentsaga/agentsaga/demotools"
+	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/plan"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

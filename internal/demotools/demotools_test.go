@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsaga/agentsaga/demotools"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/demotools"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/tool"
 )
 

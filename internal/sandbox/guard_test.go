@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/agentsaga/agentsaga/config"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 )
 
 // adminSend calls the admin API as sandbox.Client does: token and JSON.

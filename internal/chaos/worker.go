@@ -17,7 +17,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/agentsaga/agentsaga/codec"
-	"github.com/agentsaga/agentsaga/demotools"
+	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/sagaworker"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/internal/devstack"
 )
 
 // benchStack starts a stack with the plain worker for one benchmark.

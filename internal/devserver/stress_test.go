@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsaga/agentsaga/devserver"
+	"github.com/agentsaga/agentsaga/internal/devserver"
 )
 
 // The stress tests run only when asked, as they take minutes:

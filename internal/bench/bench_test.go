@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/internal/bench"
+	"github.com/agentsaga/agentsaga/internal/devstack"
 )
 
 // TestRunProducesSaneNumbers runs the whole bench at a tiny size on a real

@@ -12,7 +12,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/internal/loopback"
-	"github.com/agentsaga/agentsaga/sandbox"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 )
 
 // Files a stack with a data directory keeps there, each mode 0600 and made

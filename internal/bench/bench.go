@@ -17,9 +17,9 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
-	"github.com/agentsaga/agentsaga/demotools"
-	"github.com/agentsaga/agentsaga/devserver"
-	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/internal/demotools"
+	"github.com/agentsaga/agentsaga/internal/devserver"
+	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/workflows"

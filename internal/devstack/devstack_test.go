@@ -18,7 +18,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/agentsaga/agentsaga/codec"
-	"github.com/agentsaga/agentsaga/devstack"
+	"github.com/agentsaga/agentsaga/internal/devstack"
 )
 
 // TestStartFailureIsAnError checks that a stack that cannot start returns an
