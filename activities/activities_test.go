@@ -19,10 +19,10 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/internal/demotools"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgersqlite"
 	"github.com/agentsaga/agentsaga/plan"
-	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/tool"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/internal/demotools"
-	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/tool"
 )
 

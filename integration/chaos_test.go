@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/internal/chaos"
 	"github.com/agentsaga/agentsaga/codec"
+	"github.com/agentsaga/agentsaga/internal/chaos"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
 )
 

@@ -19,10 +19,10 @@ import (
 
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/internal/devstack"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
-	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

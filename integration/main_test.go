@@ -18,10 +18,10 @@ import (
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/internal/devstack"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaworker"
-	"github.com/agentsaga/agentsaga/internal/sandbox"
 )
 
 // Environment of a worker process: when envWorker is set, the test binary

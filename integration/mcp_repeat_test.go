@@ -16,10 +16,10 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
-	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/sagaclient"
-	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

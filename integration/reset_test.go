@@ -9,8 +9,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

@@ -12,10 +12,10 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
-	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

@@ -26,8 +26,8 @@ import (
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/internal/devstack"
-	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

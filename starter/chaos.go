@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/internal/chaos"
-	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
+	"github.com/agentsaga/agentsaga/redact"
 )
 
 // chaosWorkerArg is the hidden first argument of `starter chaos` that makes

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/config"
-	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
+	"github.com/agentsaga/agentsaga/redact"
 )
 
 func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
-	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
+	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

@@ -34,11 +34,11 @@ import (
 	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/internal/devserver"
 	"github.com/agentsaga/agentsaga/internal/devstack"
+	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/sagaworker"
-	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
 )

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
-	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
 )

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
-	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
+	"github.com/agentsaga/agentsaga/plan"
 )
 
 // Answer is what the chaos operator answers to a plan's approval question.
