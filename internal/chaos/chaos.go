@@ -898,17 +898,34 @@ func (r *runner) observe(ctx context.Context) (Observed, error) {
 			key := ps.Plan.Key(n + 1)
 			obs.Intents = append(obs.Intents, Intent{WorkflowID: id, Step: n + 1, Key: key, Tool: st.Tool, Subject: ps.Subjects[n+1]})
 			for _, k := range []string{key, tool.CompensationKey(key)} {
-				op, err := r.st.Ledger.Get(ctx, k)
-				switch {
-				case err == nil:
-					obs.Ledger[k] = op
-				case !errors.Is(err, ledger.ErrNotFound):
-					return Observed{}, fmt.Errorf("chaos: read ledger row %s: %w", k, err)
+				if err := r.readRow(ctx, obs.Ledger, k); err != nil {
+					return Observed{}, err
 				}
 			}
 		}
 	}
+	// Later rounds of a reversal ({key}:compensate:2, ...: a person retried
+	// one the provider rejected) have rows of their own.
+	for _, e := range effects {
+		if _, ok := obs.Ledger[e.Key]; !ok && tool.IsReversalKey(e.Key) {
+			if err := r.readRow(ctx, obs.Ledger, e.Key); err != nil {
+				return Observed{}, err
+			}
+		}
+	}
 	return obs, nil
+}
+
+// readRow reads the ledger row of key into rows, if there is one.
+func (r *runner) readRow(ctx context.Context, rows map[string]ledger.Operation, key string) error {
+	op, err := r.st.Ledger.Get(ctx, key)
+	switch {
+	case err == nil:
+		rows[key] = op
+	case !errors.Is(err, ledger.ErrNotFound):
+		return fmt.Errorf("chaos: read ledger row %s: %w", key, err)
+	}
+	return nil
 }
 
 // Inspection is what Options.Inspect gets after the check, while the

@@ -136,6 +136,23 @@ func TestCheckPassesAHealthyRun(t *testing.T) {
 	}
 }
 
+// A reversal of a later round ({key}:compensate:2, after a person retried
+// one the provider rejected) is the plan's own, with its own ledger row; a
+// second reversal of the same payment under it is still a duplicate.
+func TestCheckKnowsLaterReversalRounds(t *testing.T) {
+	o := clean()
+	o.Effects[2].Key = "chaos-t-1:1:1:create_payment:compensate:2"
+	delete(o.Ledger, "chaos-t-1:1:1:create_payment:compensate")
+	o.Ledger["chaos-t-1:1:1:create_payment:compensate:2"] = ledger.Operation{Status: ledger.Succeeded, ExternalID: "rev_1"}
+	if f := Check(o); len(f.Violations) != 0 {
+		t.Fatalf("violations for a round-2 reversal: %v", f.Violations)
+	}
+	o.Effects = append(o.Effects, sandbox.Effect{Provider: "payments", Kind: "payment_reversal", ID: "rev_2", Key: "chaos-t-1:1:1:create_payment:compensate", Reverses: "pay_1"})
+	if f := Check(o); f.Duplicates != 1 {
+		t.Fatalf("a second reversal under round 1 and round 2: %d duplicates, want 1 (%v)", f.Duplicates, f.Violations)
+	}
+}
+
 // TestCheckCatchesEveryBrokenPromise feeds the checker one broken promise
 // at a time and expects exactly that violation.
 func TestCheckCatchesEveryBrokenPromise(t *testing.T) {

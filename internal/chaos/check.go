@@ -187,8 +187,7 @@ func Check(o Observed) Findings {
 				f.Lost++
 				bad("lost", key, "the provider holds %s under this key but the ledger has no row", ids(m[key]))
 			}
-			base := strings.TrimSuffix(key, tool.CompensationKey(""))
-			if _, ok := intentKeys[base]; !ok {
+			if _, ok := intentKeys[reversalBase(key)]; !ok {
 				bad("disagree", key, "an effect under a key no plan of the run has: %s", ids(m[key]))
 			}
 		}
@@ -254,7 +253,7 @@ func Check(o Observed) Findings {
 		}
 	}
 	for _, key := range sortedKeys(o.Ledger) {
-		if strings.HasSuffix(key, tool.CompensationKey("")) && o.Ledger[key].Status == ledger.InProgress {
+		if tool.IsReversalKey(key) && o.Ledger[key].Status == ledger.InProgress {
 			if len(reversal[key]) == 0 {
 				f.Stuck++
 				bad("stuck", key, "the reversal's ledger row is still in_progress at the end")
@@ -304,4 +303,16 @@ func hasID(rows []sandbox.Effect, id string) bool {
 		}
 	}
 	return false
+}
+
+// reversalBase returns the key of the call a reversal key (of any round:
+// {key}:compensate, {key}:compensate:N) reverses, or key itself.
+func reversalBase(key string) string {
+	if !tool.IsReversalKey(key) {
+		return key
+	}
+	if i := strings.LastIndex(key, tool.CompensationKey("")); i >= 0 {
+		return key[:i]
+	}
+	return key
 }
