@@ -1,0 +1,320 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/agentsaga/agentsaga/catalog"
+	"github.com/agentsaga/agentsaga/codec"
+	"github.com/agentsaga/agentsaga/config"
+	"github.com/agentsaga/agentsaga/internal/version"
+	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
+	"github.com/agentsaga/agentsaga/operators"
+	"github.com/agentsaga/agentsaga/redact"
+	"github.com/agentsaga/agentsaga/sagaworker"
+	"github.com/agentsaga/agentsaga/telemetry"
+	"github.com/agentsaga/agentsaga/tool"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// Options are what a main gives the worker besides its flags.
+type Options struct {
+	// Name is the command's name in its usage (default "worker").
+	Name string
+	// Tools are Go tools (and their reversals) the worker runs besides the
+	// catalogue files given with --tools: for what an HTTP template cannot
+	// say (SMTP, gRPC, an SDK).
+	Tools []tool.Tool
+	// DemoTools, when set, gives the tools to run against --sandbox-url when
+	// neither --tools nor Tools name any (agentsaga's own worker: the demo).
+	DemoTools func(sandboxURL string) (*tool.Registry, error)
+	// Dev, when set, runs --dev (agentsaga's own worker: the embedded
+	// Temporal server, Web UI and sandbox). Without it --dev is refused, so
+	// a team's worker does not build the Temporal server.
+	Dev func(ctx context.Context, d Dev) error
+}
+
+// Dev is what the worker's flags say for --dev, for Options.Dev.
+type Dev struct {
+	Temporal                config.Temporal
+	DataDir, Ledger         string
+	Port, UIPort, HTTPPort  int
+	CodecAddr, MetricsAddr  string
+	SandboxURL, SandboxAddr string
+	Log                     *slog.Logger
+	Operators               workflows.Verifier
+	Keyring                 *codec.Keyring
+	AllowPlaintext          bool
+}
+
+// UsageError is a problem with the command line or its files: the command
+// should exit 2.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the problem.
+func (e UsageError) Unwrap() error { return e.Err }
+
+// stopSignals restores the default handling of SIGINT and SIGTERM once the
+// first one has started a graceful stop; Main sets it.
+var stopSignals = func() {}
+
+// Worker runs the worker command with args (flags as for agentsaga's worker;
+// see the README) until ctx ends: it connects to Temporal, loads the tools
+// (--tools catalogues and o.Tools), opens the ledger and runs AgentPlan,
+// AgentSession and their activities, stopping gracefully.
+func Worker(ctx context.Context, args []string, o Options) error {
+	name := o.Name
+	if name == "" {
+		name = "worker"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	var t config.Temporal
+	t.Register(fs)
+	dev := fs.Bool("dev", false, "start an embedded Temporal server with the Web UI and the sandbox providers")
+	dataDir := fs.String("data-dir", config.DefaultDataDir(), "with --dev: where Temporal, the ledger and the sandbox keep their data (env "+config.EnvDataDir+")")
+	port := fs.Int("port", 7233, "with --dev: Temporal frontend port; the HTTP API, codec and metrics ports follow it unless set (0: every port free)")
+	uiPort := fs.Int("ui-port", config.DefaultUIPort, "with --dev: Temporal Web UI port")
+	httpPort := fs.Int("http-port", -1, "with --dev: the frontend's HTTP API port (default --port + 10: 7243)")
+	codecAddr := fs.String("codec-addr", "", "with --dev: where the codec endpoint listens (default 127.0.0.1:PORT, PORT = --port + 1001: 8234)")
+	var ledgerFlag string
+	config.RegisterLedger(fs, &ledgerFlag, "default sqlite under --data-dir")
+	sandboxAddr := fs.String("sandbox-addr", "127.0.0.1:8090", "with --dev: where the sandbox providers listen")
+	sandboxURL := fs.String("sandbox-url", os.Getenv(config.EnvSandboxURL), "base URL of the sandbox providers, for the demo tools when no --tools is given (env "+config.EnvSandboxURL+"; --dev starts its own)")
+	var toolFiles []string
+	fs.Func("tools", "a tool catalogue file (YAML, see catalog/); repeatable; the worker runs the tools it declares (env "+catalog.EnvTools+", a path list)", func(v string) error {
+		toolFiles = append(toolFiles, v)
+		return nil
+	})
+	operatorsFile := fs.String("operators", os.Getenv(config.EnvOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+config.EnvOperators+"; without it typed names are recorded as unverified)")
+	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+" (moving with --port); \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
+	allowPlaintext := fs.Bool("allow-plaintext-payloads", os.Getenv(config.EnvAllowPlaintext) == "true", "with codec keys: accept plans, turns and decisions that a client sent unencrypted (by default they are refused, so no customer data is stored in the clear; env "+config.EnvAllowPlaintext+"=true)")
+	verbose := fs.Bool("v", false, "log every tool call")
+	showVersion := fs.Bool("version", false, "print which agentsaga this is and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // the flags were printed
+		}
+		return UsageError{err}
+	}
+	if *showVersion {
+		fmt.Println(version.Line())
+		return nil
+	}
+	if *dev {
+		follow := func(base int) int { // a port that moves with --port
+			if *port == 0 {
+				return 0
+			}
+			return base + *port - 7233
+		}
+		if *httpPort < 0 {
+			*httpPort = follow(7243)
+		}
+		if *codecAddr == "" {
+			*codecAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(follow(8234)))
+		}
+		if *metricsAddr == "" {
+			*metricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(follow(devMetricsPort())))
+		}
+	}
+	if *metricsAddr == "off" {
+		*metricsAddr = ""
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	// One redaction function on every log line, the SDK's included.
+	log := slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+	ledgerDSN := config.LedgerDSN(ledgerFlag)
+	t.DataDir = *dataDir
+	// A nil *operators.Keyring must not reach the interface: a typed nil
+	// would be a non-nil Verifier that refuses every decision.
+	var verifier workflows.Verifier
+	if *operatorsFile != "" {
+		ring, err := operators.Load(*operatorsFile)
+		if err != nil {
+			return UsageError{fmt.Errorf("--operators: %w", err)}
+		}
+		verifier = ring
+		log.Info("decisions must be signed", "operators", ring.Names())
+	}
+
+	if *dev {
+		if o.Dev == nil {
+			return UsageError{fmt.Errorf("--dev: this worker was built without the embedded dev stack: run agentsaga's own worker (go run ./worker --dev) for it")}
+		}
+		var ring *codec.Keyring
+		if t.CodecKeys != "" {
+			var err error
+			if ring, _, err = t.Keyring(); err != nil {
+				return UsageError{fmt.Errorf("--codec-keys: %w", err)}
+			}
+		}
+		return o.Dev(ctx, Dev{
+			Temporal: t, DataDir: *dataDir, Port: *port, UIPort: *uiPort, HTTPPort: *httpPort, CodecAddr: *codecAddr,
+			Ledger: ledgerDSN, SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr, Log: log, Operators: verifier,
+			MetricsAddr: *metricsAddr, Keyring: ring, AllowPlaintext: *allowPlaintext,
+		})
+	}
+
+	if len(toolFiles) == 0 {
+		toolFiles = filepath.SplitList(os.Getenv(catalog.EnvTools))
+	}
+	if len(toolFiles) == 0 && len(o.Tools) == 0 && (*sandboxURL == "" || o.DemoTools == nil) {
+		return UsageError{fmt.Errorf("no tools: give --tools FILE (a tool catalogue of your own APIs; env %s)%s", catalog.EnvTools, demoHint(o))}
+	}
+	dsn := ledgerDSN
+	if dsn == "" {
+		dsn = config.DefaultLedger(*dataDir)
+		if err := os.MkdirAll(*dataDir, 0o750); err != nil {
+			return fmt.Errorf("make data directory: %w", err)
+		}
+	}
+	tools, err := workerTools(toolFiles, *sandboxURL, o)
+	if err != nil {
+		return UsageError{err}
+	}
+	store, err := ledgerdb.Open(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	opts, err := t.ClientOptions()
+	if err != nil {
+		return UsageError{err}
+	}
+	if ring, _, err := t.Keyring(); err == nil && ring != nil {
+		codec.WorkerClientOptions(&opts, ring, *allowPlaintext)
+		if *allowPlaintext {
+			log.Warn("plaintext payloads are accepted (--allow-plaintext-payloads): plans sent without the codec keys are stored in the clear")
+		}
+	}
+	opts.Logger = sdklog.NewStructuredLogger(log)
+	tel, err := telemetry.New(ctx, telemetry.Options{Tools: tools, Ledger: store, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("spans not flushed", "error", err)
+		}
+	}()
+	tel.ClientOptions(&opts)
+	metricsURL := ""
+	if *metricsAddr != "" {
+		srv, err := tel.Serve(*metricsAddr)
+		if err != nil {
+			return UsageError{fmt.Errorf("--metrics-addr: %w", err)}
+		}
+		defer srv.Close()
+		metricsURL = srv.URL()
+	}
+	c, err := client.Dial(opts)
+	if err != nil {
+		return fmt.Errorf("connect to Temporal at %s: %w (set --address or %s)", t.Address, err, config.EnvAddress)
+	}
+	defer c.Close()
+	if err := sagaworker.RegisterSearchAttributes(ctx, c, t.Namespace); err != nil {
+		log.Warn("search attributes not registered; escalations cannot be listed until they are", "error", err)
+	}
+	w, err := sagaworker.New(c, sagaworker.Options{TaskQueue: t.TaskQueue, Tools: tools, Ledger: store, Logger: log, Operators: verifier,
+		Worker: worker.Options{Interceptors: tel.WorkerInterceptors()}})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	identity := "typed names, recorded as unverified (no --operators)"
+	if verifier != nil {
+		identity = "signed by an operator in " + *operatorsFile
+	}
+	payloads := "plain (no --codec-keys: set a keyring to encrypt history)"
+	if ring, src, err := t.Keyring(); err == nil && ring != nil {
+		payloads = fmt.Sprintf("encrypted with key %s (%s)", ring.Current(), src)
+	}
+	toolsLine := strings.Join(tools.Names(), ", ")
+	switch {
+	case len(toolFiles) > 0:
+		toolsLine += " (from " + strings.Join(toolFiles, ", ") + ")"
+	case len(o.Tools) == 0:
+		toolsLine = "the demo tools against the sandbox at " + *sandboxURL
+	}
+	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s, API key %s\ntools: %s\ndecisions: %s\npayloads: %s\nmetrics: %s, traces: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), t.APIKeyState(), toolsLine, identity,
+		payloads, orOff(metricsURL), tracing(tel))
+	<-ctx.Done()
+	stopSignals() // a second signal ends the process at once
+	fmt.Printf("stopping: no new tasks are taken; in-flight tool calls finish and record their outcome (up to %s)\n",
+		sagaworker.StopTimeout(tools.Specs()))
+	w.Stop()
+	fmt.Println("stopped")
+	return nil
+}
+
+func orOff(url string) string {
+	if url == "" {
+		return "off (--metrics-addr)"
+	}
+	return url
+}
+
+func tracing(t *telemetry.Telemetry) string {
+	if t.Tracing {
+		return "exported over OTLP (OTEL_EXPORTER_OTLP_*)"
+	}
+	return "off (set OTEL_EXPORTER_OTLP_ENDPOINT)"
+}
+
+// workerTools is the worker's registry: the tools of the catalogue files
+// and Options.Tools together (the worker refuses to start on any problem in
+// them, naming every one), else Options.DemoTools against sandboxURL.
+func workerTools(files []string, sandboxURL string, o Options) (*tool.Registry, error) {
+	if len(files) == 0 && len(o.Tools) == 0 {
+		return o.DemoTools(sandboxURL)
+	}
+	if len(files) == 0 {
+		return tool.NewRegistry(o.Tools...)
+	}
+	cat, err := catalog.Load(files...)
+	if err != nil {
+		return nil, fmt.Errorf("--tools: %w", err)
+	}
+	reg, err := cat.Registry(o.Tools...)
+	if err != nil {
+		return nil, fmt.Errorf("--tools: %w", err)
+	}
+	return reg, nil
+}
+
+func demoHint(o Options) string {
+	if o.DemoTools == nil {
+		return ", or pass your Go tools in app.Options.Tools"
+	}
+	return fmt.Sprintf(", or --sandbox-url (env %s) for the demo tools", config.EnvSandboxURL)
+}
+
+// devMetricsPort is the metrics port of worker --dev on the default --port
+// (telemetry.DefaultDevMetricsAddr's).
+func devMetricsPort() int {
+	_, p, _ := net.SplitHostPort(telemetry.DefaultDevMetricsAddr)
+	n, _ := strconv.Atoi(p)
+	return n
+}

@@ -1,0 +1,45 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/app"
+	"github.com/agentsaga/agentsaga/tool"
+)
+
+// ping is a team's own Go tool, as a main passes it in Options.Tools.
+type ping struct{}
+
+func (ping) Spec() tool.Spec {
+	return tool.Spec{Name: "ping", Class: tool.Read, Timeout: time.Second, Description: "answers pong"}
+}
+
+func (ping) Execute(context.Context, tool.Call) (tool.Result, error) {
+	return tool.Result{ExternalID: "pong"}, nil
+}
+
+// A team's worker without the dev stack refuses --dev and says why; without
+// any tool it says what to give; a Go tool that breaks the registry's rules
+// stops it before it connects, naming the problem.
+func TestWorkerForATeamsTools(t *testing.T) {
+	t.Setenv("AGENTSAGA_TOOLS", "")
+	t.Setenv("AGENTSAGA_SANDBOX_URL", "")
+	var ue app.UsageError
+	err := app.Worker(context.Background(), []string{"--dev"}, app.Options{Tools: []tool.Tool{ping{}}})
+	require.ErrorAs(t, err, &ue)
+	require.ErrorContains(t, err, "built without the embedded dev stack")
+
+	err = app.Worker(context.Background(), []string{"--address", "127.0.0.1:1"}, app.Options{})
+	require.ErrorAs(t, err, &ue)
+	require.ErrorContains(t, err, "no tools: give --tools FILE")
+
+	err = app.Worker(context.Background(), []string{"--address", "127.0.0.1:1", "--data-dir", t.TempDir()}, app.Options{Tools: []tool.Tool{ping{}, ping{}}})
+	require.Error(t, err)
+	require.True(t, errors.As(err, &ue), "a registry problem is a usage error: %v", err)
+	require.ErrorContains(t, err, "ping")
+}
