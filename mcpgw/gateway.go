@@ -592,6 +592,11 @@ func (g *gateway) checkArgs(spec tool.Spec, raw json.RawMessage) (json.RawMessag
 	if len(raw) == 0 || string(raw) == "null" {
 		raw = json.RawMessage("{}")
 	}
+	// As strictly as a plan: a key named twice, bytes that are not UTF-8
+	// (which canonical JSON would otherwise settle silently) are refused.
+	if err := plan.CheckJSON(raw, plan.DefaultMaxPlanBytes); err != nil {
+		return nil, spec.Name + " refused, nothing was run; fix and call again: arguments " + err.Error()
+	}
 	args, err := plan.Canonical(raw)
 	if err != nil {
 		return nil, "arguments " + err.Error()

@@ -414,6 +414,27 @@ func TestMCPBadMetaIsRefusedNamingTheField(t *testing.T) {
 	require.Contains(t, out.Message, "arguments.x: is not an argument")
 }
 
+// Arguments with a key named twice are refused as strictly as a plan's,
+// naming the field, before anything is run (canonical JSON would otherwise
+// settle on one value silently).
+func TestMCPArgumentsWithAKeyTwiceAreRefused(t *testing.T) {
+	f := newFake()
+	cs := connect(t, f, &clock{t: time.Unix(1_800_000_000, 0)})
+	raw := json.RawMessage(`{"order_id":"ord_1","order_id":"ord_2","amount_minor":100,"currency":"EUR"}`)
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: demotools.ApplyRefund, Arguments: raw})
+	require.NoError(t, err)
+	require.True(t, res.IsError)
+	b, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	var out mcpgw.Result
+	require.NoError(t, json.Unmarshal(b, &out))
+	require.Equal(t, mcpgw.StateRefused, out.State)
+	require.Contains(t, out.Message, "order_id: appears twice")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Zero(t, f.sent, "nothing was sent to the session")
+}
+
 func TestMCPWaitingCallReturnsTheCardAndItsRepeatTheFinalResult(t *testing.T) {
 	f, c := newFake(), &clock{t: time.Unix(1_800_000_000, 0)}
 	cs := connect(t, f, c)
