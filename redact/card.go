@@ -1,6 +1,7 @@
 package redact
 
 import (
+	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -113,7 +114,17 @@ func cardMask(s string) string {
 func rewriteCards(s string) (string, bool) {
 	var b strings.Builder
 	last := 0 // s[last:] is not yet copied
+	uuids := uuidPattern.FindAllStringIndex(s, -1)
 	for i := 0; i < len(s); {
+		if len(uuids) > 0 && i >= uuids[0][0] {
+			// A UUID's groups of digits are not a card number (session
+			// ids such as mcp-7e72f28a-5619-4387-8331-0611038c016f).
+			if i < uuids[0][1] {
+				i = uuids[0][1]
+			}
+			uuids = uuids[1:]
+			continue
+		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if !isDigitRune(r) {
 			i += size
@@ -133,6 +144,9 @@ func rewriteCards(s string) (string, bool) {
 	b.WriteString(s[last:])
 	return b.String(), true
 }
+
+// uuidPattern matches a UUID written in its usual form.
+var uuidPattern = regexp.MustCompile(`(?i)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
 // span is one part of s, s[from:to].
 type span struct{ from, to int }

@@ -176,6 +176,19 @@ func TestCardNumbersInOtherShapes(t *testing.T) {
 	}
 }
 
+// A UUID's digit groups are not a card number, even when they pass Luhn:
+// session ids and keys made from UUIDs stay as they are.
+func TestUUIDIsNotACard(t *testing.T) {
+	for _, s := range []string{
+		"mcp-7e72f28a-5619-4387-8331-0611038c016f",
+		"agent-session:mcp-7e72f28a-5619-4387-8331-0611038c016f:1:1:apply_refund",
+		"12345678-1234-1234-1234-123456789012",
+	} {
+		require.Equal(t, s, redact.String(s))
+	}
+	require.Equal(t, "[redacted card ending 1111] in 7e72f28a-5619-4387-8331-0611038c016f", redact.String(visa+" in 7e72f28a-5619-4387-8331-0611038c016f"))
+}
+
 // Every range of Unicode's decimal digits starts at a zero and holds whole
 // runs of ten, which is what digitValue relies on (a digit's value is its
 // distance from its range's start, mod 10); and digits of several scripts
