@@ -18,7 +18,8 @@
 //	secret assignments                      api_key=abc123, "password": "x1y2"    api_key=[redacted], "password": "[redacted]"
 //	passwords in URLs                       https://ana:s3cret@host/              https://ana:[redacted]@host/
 //
-// Masking is idempotent (String(String(s)) == String(s)) and a mask never
+// Digit groups inside a UUID (8-4-4-4-12 hex) are never taken for a card
+// number. Masking is idempotent (String(String(s)) == String(s)) and a mask never
 // holds more than the last four digits of what it hides.
 package redact
 
