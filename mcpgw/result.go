@@ -101,13 +101,36 @@ func ext(id string) string {
 	return ", external id " + id
 }
 
-// waitingText words a call that waits for a person, with the card.
+// waitingText words a call that waits for a person, with the card, and
+// tells the truth for each kind of question: an approval has not run; an
+// unknown outcome may have happened; a reversal failed. It names the command
+// that answers it.
 func waitingText(out Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "WAITING FOR A HUMAN: %s has NOT been done yet (turn %d, operation key %s).", out.Tool, out.Turn, out.Key)
+	wf := workflows.SessionWorkflowID(out.Session)
+	step := "N"
+	if out.Question != nil {
+		step = fmt.Sprint(out.Question.Step)
+	}
+	var hint string
+	switch q := out.Question; {
+	case q != nil && q.Kind == workflows.QuestionOutcome:
+		fmt.Fprintf(&b, "WAITING FOR A HUMAN: the outcome of %s is UNKNOWN, it MAY HAVE HAPPENED (turn %d, operation key %s): the provider's answer was lost and it could not be looked up; a person checks and says what happened.", out.Tool, out.Turn, out.Key)
+		hint = "starter resolve " + wf + " --step " + step + " --outcome succeeded|failed|retry --note TEXT"
+	case q != nil && q.Kind == workflows.QuestionReversal:
+		fmt.Fprintf(&b, "WAITING FOR A HUMAN: %s was done, and its reversal failed (turn %d, operation key %s); a person says what to do with it.", out.Tool, out.Turn, out.Key)
+		hint = "starter resolve " + wf + " --step " + step + " --outcome succeeded|retry|failed --note TEXT"
+	default:
+		fmt.Fprintf(&b, "WAITING FOR A HUMAN: %s has NOT been done yet, it waits for approval (turn %d, operation key %s).", out.Tool, out.Turn, out.Key)
+		hint = "starter approve " + wf + " --step " + step
+		if q != nil && q.Card.Clash != "" {
+			hint += " --override (the card shows a clash: approving lets the call through it)"
+		}
+		hint += ", or --reject"
+	}
 	if q := out.Question; q != nil {
 		c := q.Card
-		fmt.Fprintf(&b, "\nquestion %s (%s) on step %d of workflow %s; answers: %s", q.ID, q.Kind, q.Step, workflows.SessionWorkflowID(out.Session), strings.Join(q.Answers, ", "))
+		fmt.Fprintf(&b, "\nquestion %s (%s) on step %d of workflow %s; answers: %s", q.ID, q.Kind, q.Step, wf, strings.Join(q.Answers, ", "))
 		for _, l := range c.Lines() {
 			fmt.Fprintf(&b, "\n  %-12s %s", l.Label+":", l.Value)
 		}
@@ -115,11 +138,7 @@ func waitingText(out Result) string {
 			fmt.Fprintf(&b, "\n  %-12s %s", "expires:", q.ExpiresAt.UTC().Format(time.RFC3339))
 		}
 	}
-	step := "N"
-	if out.Question != nil {
-		step = fmt.Sprint(out.Question.Step)
-	}
-	b.WriteString("\nA person decides (for example `starter approve " + workflows.SessionWorkflowID(out.Session) + " --step " + step + "`). " +
+	b.WriteString("\nA person decides (`" + hint + "`). " +
 		"Call this tool again later with the same arguments and the same _meta to read the final result; it will not run twice.")
 	return b.String()
 }
