@@ -357,7 +357,9 @@ func testLostAnswer(e *env) {
 		}
 	}
 	never := e.key + "-never-sent"
-	l, err := e.tl.(tool.Reconciler).Reconcile(context.Background(), never)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := e.tl.(tool.Reconciler).Reconcile(ctx, never)
 	if err == nil && (l.Status == tool.Found || l.Status == tool.Mismatch) {
 		e.t.Errorf("Reconcile(%q) answers %s (%q) for a key that was never sent: it must answer absent or unknown", never, l.Status, l.Result.ExternalID)
 	}
