@@ -147,6 +147,7 @@ const (
 	rejectedAsRetry   = "rejected-as-retry"     // a business 4xx reported as unavailable
 	noMatch           = "no-match"              // no Spec.Match
 	reversalOrigKey   = "reversal-original-key" // the reversal sent under the original's key
+	reversalNoMatch   = "reversal-no-match"     // a reversal that cannot tell what it reversed
 )
 
 // broken maps each variant to the promise it must fail.
@@ -157,6 +158,7 @@ var broken = map[string]string{
 	rejectedAsRetry:   tooltest.BusinessRejectionIsFinal,
 	noMatch:           tooltest.ReusedKeyIsConflict,
 	reversalOrigKey:   tooltest.ReversalHasOwnKey,
+	reversalNoMatch:   tooltest.ReversalHasOwnKey,
 }
 
 type charge struct {
@@ -201,9 +203,13 @@ type refundCharge struct {
 }
 
 func (t *refundCharge) Spec() tool.Spec {
-	return tool.Spec{Name: "refund_charge", Class: tool.IdempotentWrite, Timeout: 5 * time.Second, Reversal: true,
+	s := tool.Spec{Name: "refund_charge", Class: tool.IdempotentWrite, Timeout: 5 * time.Second, Reversal: true,
 		Args:  tool.Schema{Fields: []tool.Field{{Name: "original_key", Type: tool.String, Required: true}, {Name: "original_external_id", Type: tool.String}}},
 		Match: []tool.MatchField{{Arg: "original_external_id", Result: "reverses", IfSet: true}}}
+	if t.broken == reversalNoMatch {
+		s.Match = nil
+	}
+	return s
 }
 
 func (t *refundCharge) Execute(ctx context.Context, call tool.Call) (tool.Result, error) {
