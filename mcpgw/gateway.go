@@ -632,11 +632,27 @@ func refused(err error) bool {
 	return errors.As(err, &app) || errors.As(err, &conflict) || errors.As(err, &v) || errors.Is(err, sagaclient.ErrSessionEnded)
 }
 
+// refusalText words a refusal for an agent: the reason alone, without
+// Temporal's wording (an error type and "retryable: true" would invite a
+// retry loop), and for a conflict what to do.
+func refusalText(err error) string {
+	var conflict *sagaclient.ConflictError
+	if errors.As(err, &conflict) {
+		return "conflict: this call's operation key already belongs to another call with other arguments: to make a new call, send it with a new " +
+			MetaKey + " (or without one); to read the first call's result, send exactly the same arguments again"
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Message()
+	}
+	return err.Error()
+}
+
 // failure answers a call whose turn was refused or not answered.
 func (g *gateway) failure(out Result, err error) *mcp.CallToolResult {
 	g.log.Warn("mcp: call not answered", "tool", out.Tool, "session", out.Session, "turn", out.Turn, "key", out.Key, "refused", refused(err), "error", err)
 	if refused(err) {
-		return refusal(out, fmt.Sprintf("the session refused turn %d (%s): nothing was run. %v", out.Turn, out.Key, err))
+		return refusal(out, fmt.Sprintf("the session refused turn %d (%s): nothing was run. %s", out.Turn, out.Key, refusalText(err)))
 	}
 	out.State, out.Error = StateNoAnswer, err.Error()
 	out.Message = fmt.Sprintf("NO ANSWER YET: turn %d (key %s) of session %s got no answer (%v). It may be running or may not have started. "+

@@ -79,7 +79,9 @@ func (f *fakeSessions) Turn(ctx context.Context, session string, t workflows.Tur
 	ft, ok := f.turns[session][t.Turn]
 	switch {
 	case ok && ft.fp != fp:
-		return workflows.TurnResult{}, temporal.NewApplicationError(fmt.Sprintf("turn %d conflict", t.Turn), "Refused")
+		// What sagaclient returns when the session holds the turn with
+		// another fingerprint.
+		return workflows.TurnResult{}, &sagaclient.ConflictError{WorkflowID: workflows.SessionWorkflowID(session), Existing: ft.fp, Requested: fp}
 	case !ok && f.busy:
 		return workflows.TurnResult{}, temporal.NewApplicationError("turn 1 is still running (see its open question)", "Refused")
 	case !ok:
@@ -376,6 +378,8 @@ func TestMCPKeyedRepeatReachesTheSameTurn(t *testing.T) {
 	_, conflict := call(t, cs, demotools.ApplyRefund, refund("ord_2", 1600), meta)
 	require.Equal(t, mcpgw.StateRefused, conflict.State)
 	require.Contains(t, conflict.Message, "conflict")
+	require.Contains(t, conflict.Message, "send it with a new "+mcpgw.MetaKey, "the refusal says what to do")
+	require.NotContains(t, conflict.Message, "fingerprint", "no fingerprints for the agent to compare")
 
 	_, t7 := call(t, cs, demotools.ApplyRefund, refund("ord_3", 100), mcp.Meta{mcpgw.MetaTurn: 7})
 	require.Equal(t, t7.Session+":7:1:apply_refund", t7.Key)
@@ -493,6 +497,8 @@ func TestMCPRefusedOrFailedCallIsNotRemembered(t *testing.T) {
 	_, busy := call(t, cs, demotools.ApplyRefund, refund("ord_7", 800), nil)
 	require.Equal(t, mcpgw.StateRefused, busy.State)
 	require.Contains(t, busy.Message, "still running")
+	require.NotContains(t, busy.Message, "retryable", "no Temporal wording that invites a retry loop")
+	require.NotContains(t, busy.Message, "type: Refused")
 	f.busy = false
 	_, ran := call(t, cs, demotools.ApplyRefund, refund("ord_7", 800), nil)
 	require.Equal(t, workflows.TurnSucceeded, ran.State, "a refused turn ran nothing: its repeat runs")
