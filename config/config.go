@@ -49,12 +49,15 @@ const (
 	EnvCodecKeys = codec.EnvKeys
 	// EnvSandboxToken is the sandbox admin API's token (a secret).
 	EnvSandboxToken = "AGENTSAGA_SANDBOX_TOKEN"
+	// EnvTools names the tool catalogue files the worker runs, a path list
+	// (catalog.EnvTools).
+	EnvTools = "AGENTSAGA_TOOLS"
 )
 
 // EnvNames lists every environment variable the worker reads.
 func EnvNames() []string {
 	return []string{EnvAddress, EnvNamespace, EnvAPIKey, EnvTLS, EnvTLSCert, EnvTLSKey, EnvTLSCA, EnvTLSServer,
-		EnvTaskQueue, EnvLedger, EnvSandboxURL, EnvDataDir, EnvOperators, EnvCodecKeysFile, EnvCodecKeys}
+		EnvTaskQueue, EnvLedger, EnvSandboxURL, EnvDataDir, EnvOperators, EnvCodecKeysFile, EnvCodecKeys, EnvTools}
 }
 
 // SecretEnvNames lists the environment variables that hold secrets (or may:

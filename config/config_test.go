@@ -12,6 +12,7 @@ import (
 
 	"go.temporal.io/sdk/converter"
 
+	"github.com/agentsaga/agentsaga/catalog"
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/config"
 )
@@ -169,5 +170,12 @@ func TestKeyringOrder(t *testing.T) {
 	}
 	if opts.FailureConverter == nil {
 		t.Error("ClientOptions sets no failure converter: error messages would stay plain")
+	}
+}
+
+// The catalogue's variable is the one config lists for the worker.
+func TestEnvToolsIsTheCatalogues(t *testing.T) {
+	if config.EnvTools != catalog.EnvTools {
+		t.Fatalf("config.EnvTools %q, catalog.EnvTools %q", config.EnvTools, catalog.EnvTools)
 	}
 }

@@ -25,7 +25,7 @@ const repoRoot = ".."
 
 // workerEnv is the worker container's environment, exactly.
 var workerEnv = []string{
-	config.EnvAddress, config.EnvNamespace, config.EnvTaskQueue, config.EnvLedger, config.EnvSandboxURL, config.EnvCodecKeys,
+	config.EnvAddress, config.EnvNamespace, config.EnvTaskQueue, config.EnvLedger, config.EnvSandboxURL, config.EnvCodecKeys, config.EnvTools,
 }
 
 // secrets is the environment compose needs: every secret is required.
