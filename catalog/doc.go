@@ -47,7 +47,8 @@
 //
 // catalog.schema.json (JSON Schema 2020-12) describes the same format for
 // editors; examples/sandbox.yaml declares the seven sandbox demo tools and
-// their reversals.
+// their reversals, examples/mailpit.yaml a send_email through Mailpit's
+// HTTP API, looked up by the Message-ID made from the key.
 //
 // # Keys of a tool
 //
@@ -67,7 +68,8 @@
 //	                                     original's name on the reversal (both required)
 //	no_lookup                            a write without a lookup: UNKNOWN goes to a human
 //	request                              method, path, query, headers, body {format: json|form,
-//	                                     fields}, key {header, body_field}
+//	                                     fields}, key {header, body_field}; a JSON body field
+//	                                     named by a JSON pointer (/to/0/email) is nested
 //	response                             external_id (pointer), keep {name: pointer},
 //	                                     reject_if {pointer, equals, code} for a 2xx refusal
 //	errors                               code (pointer into the error body, default
@@ -108,7 +110,11 @@
 // ":compensate"). Values are URL-escaped in paths and queries. A body field
 // or query parameter whose template references an argument the call leaves
 // out is not sent; a body field that is exactly one reference keeps the
-// argument's JSON type (a number stays a number). A path may reference only
+// argument's JSON type (a number stays a number). A JSON body field whose
+// name starts with '/' is a JSON pointer: its value goes inside nested
+// objects, and a number token below the top level is an array index (such
+// as /To/0/Email); an array's indices run from 0 without a gap, and an
+// element whose fields are all left out is not sent. A path may reference only
 // required arguments. Braces cannot be written literally.
 //
 // # Limits

@@ -27,6 +27,7 @@ type request struct {
 	keyBody   string
 	form      bool
 	body      map[string]template
+	arrays    map[string]bool // body nodes that are arrays (see bodyShape)
 }
 
 type response struct {
@@ -108,6 +109,11 @@ func (b *builder) request(path string, d requestDecl, sc refScope, write, keyed 
 		for _, k := range sortedKeys(bd.Fields) {
 			r.body[k] = b.template(path+".body.fields."+pathKey(k), bd.Fields[k], sc, false)
 		}
+		keyBody := ""
+		if d.Key != nil {
+			keyBody = d.Key.BodyField
+		}
+		r.arrays = b.bodyShape(path+".body.fields", bd.Fields, r.form, keyBody)
 	}
 	if k := d.Key; k != nil {
 		if k.Header != "" {
@@ -420,9 +426,10 @@ func (t *httpTool) build(r request, en *env, key string) (httptool.Request, *exc
 		obj := map[string]any{}
 		for k, tp := range r.body {
 			if v, ok := en.jsonValue(tp); ok {
-				obj[k] = v
+				putBody(obj, k, v)
 			}
 		}
+		nestArrays(obj, r.arrays)
 		if r.keyBody != "" {
 			obj[r.keyBody] = key
 		}
