@@ -178,7 +178,9 @@ func newValidationError(probs []tool.FieldError) *ValidationError {
 // ValidateWith).
 func (p Plan) Validate(c tool.Catalog) error { return p.ValidateWith(c, DefaultLimits()) }
 
-// ValidateWith checks the plan against the tools in c and the limits l, and
+// ValidateWith checks the plan against the tools in c (nil: the plan's own
+// fields and limits only, for a client that does not know the worker's
+// tools) and the limits l, and
 // returns a *ValidationError listing every problem (at most 20), or nil. It
 // is deterministic, for workflows. Besides the tools' schemas (see
 // tool.Schema.CheckWith: types, lengths, control characters, secrets, e-mail
@@ -243,6 +245,16 @@ func (p Plan) ValidateWith(c tool.Catalog, l Limits) error {
 		}
 		if s.Tool == "" {
 			add(path+".tool", "is required")
+			continue
+		}
+		if c == nil {
+			// No catalogue: the plan's own fields only; the tools'
+			// checks are the workflow's, against the worker's tools.
+			if s.Hold != "" {
+				if msg := tool.CheckText(s.Hold, MaxHoldLen, false); msg != "" {
+					add(path+".hold", "%s", msg)
+				}
+			}
 			continue
 		}
 		spec, ok := c.Spec(s.Tool)

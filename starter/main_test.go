@@ -43,11 +43,24 @@ func TestBadPlanIsRefusedBeforeAnythingStarts(t *testing.T) {
 	plan := `{"session_id":"s","turn":1,"steps":[
 		{"tool":"apply_refund","args":{"order_id":"ord_1001","amount_minor":129.00,"currency":"EUR"}},
 		{"tool":"teleport","args":{}}]}`
+	t.Setenv("AGENTSAGA_SANDBOX_URL", "http://127.0.0.1:9")
+	t.Setenv("AGENTSAGA_TOOLS", "")
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"run", "--plan", "-", "--address", unreachable}, strings.NewReader(plan), &out)
+	cat := filepath.Join("..", "catalog", "examples", "sandbox.yaml")
+	err := run(context.Background(), []string{"run", "--tools", cat, "--plan", "-", "--address", unreachable}, strings.NewReader(plan), &out)
 	require.Equal(t, 2, code(err))
 	require.ErrorContains(t, err, "steps[1].args.amount_minor: must be an integer, got 129.00")
 	require.ErrorContains(t, err, `steps[2].tool: unknown tool "teleport"`)
+
+	// Without a catalogue the starter knows no tool: the plan's own fields
+	// are still checked here, the tools' are left to the workflow, which
+	// checks them against the worker's own tools.
+	err = run(context.Background(), []string{"run", "--plan", "-", "--address", unreachable}, strings.NewReader(plan), &out)
+	require.Equal(t, 1, code(err), "it got as far as connecting: %v", err)
+	require.ErrorContains(t, err, "connect")
+	err = run(context.Background(), []string{"run", "--plan", "-", "--address", unreachable}, strings.NewReader(`{"session_id":"bad session","turn":1,"steps":[{"tool":"x","args":{}}]}`), &out)
+	require.Equal(t, 2, code(err))
+	require.ErrorContains(t, err, "session_id")
 }
 
 func TestUsageErrorsExitTwo(t *testing.T) {

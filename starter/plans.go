@@ -53,7 +53,7 @@ type conn struct {
 
 func (c *conn) register(fs *flag.FlagSet) {
 	c.temporal.Register(fs)
-	fs.Func("tools", "a tool catalogue file the worker runs (YAML, see catalog/), to check plans against before they are sent and to serve over MCP; repeatable (env "+catalog.EnvTools+"; default: the demo tools)", func(v string) error {
+	fs.Func("tools", "a tool catalogue file the worker runs (YAML, see catalog/), to check plans against before they are sent and to serve over MCP; repeatable (env "+catalog.EnvTools+"; without it the workflow checks the tools' args, and mcp serves the demo tools)", func(v string) error {
 		c.tools = append(c.tools, v)
 		return nil
 	})
@@ -108,8 +108,14 @@ func (c *conn) registry() (*tool.Registry, error) {
 	return reg, nil
 }
 
-// specs returns the specs plans are checked against (see registry).
-func (c *conn) specs() (tool.Specs, error) {
+// specs returns the specs plans are checked against before they are sent:
+// the catalogue's given with --tools (or $AGENTSAGA_TOOLS); nil without one,
+// so a plan for tools this command does not know is left to the workflow,
+// which checks it against the worker's own tools and names every field.
+func (c *conn) specs() (tool.Catalog, error) {
+	if len(c.tools) == 0 && os.Getenv(catalog.EnvTools) == "" {
+		return nil, nil
+	}
 	reg, err := c.registry()
 	if err != nil {
 		return nil, err
@@ -173,7 +179,13 @@ func readPlanContext(ctx context.Context, file string, stdin io.Reader, specs to
 	if err != nil {
 		return plan.Plan{}, false, usageErr("%v", err)
 	}
-	if err := p.Validate(specs); err != nil {
+	if specs == nil {
+		// No catalogue given: the strict parse and the plan's own limits
+		// here, the tools' checks in the workflow.
+		if err := p.Validate(nil); err != nil {
+			return plan.Plan{}, false, usageErr("%v", err)
+		}
+	} else if err := p.Validate(specs); err != nil {
 		return plan.Plan{}, false, usageErr("%v", err)
 	}
 	minted, err := mintRequestID(&p)
