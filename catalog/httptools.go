@@ -615,7 +615,9 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ex, _ := req.Context().Value(exchangeKey{}).(*exchange)
 	if ex != nil {
 		if ex.keyHeader != "" && ex.keyHeader != httptool.KeyHeader {
+			// httptool writes the key under the lower-case name.
 			r.Header.Del(httptool.KeyHeader)
+			delete(r.Header, strings.ToLower(httptool.KeyHeader))
 			r.Header.Set(ex.keyHeader, ex.key)
 		}
 		if ex.contentType != "" {

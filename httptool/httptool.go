@@ -40,8 +40,11 @@
 // Idempotency-Key header when a reused connection is closed before the answer.
 // That would be a second provider call the saga never sees (and a second email
 // for a provider that ignores the key), so this package never gives the
-// transport a way to rewind the body: every attempt reaches the wire at most
-// once, and retries are the workflow's decision alone.
+// transport a way to rewind the body, and sends the key under its lower-case
+// name (the transport looks for the canonical one; the provider reads header
+// names case-insensitively) so that a request without a body is not resent
+// either: every attempt reaches the wire at most once, and retries are the
+// workflow's decision alone.
 package httptool
 
 import (
@@ -230,7 +233,12 @@ func (c *Client) do(ctx context.Context, req Request) (json.RawMessage, error) {
 	hreq.GetBody = nil
 	hreq.Header.Set("Accept", "application/json")
 	if req.Key != "" {
-		hreq.Header.Set(KeyHeader, req.Key)
+		// Stored under the lower-case name, which the wire carries the same
+		// (header names are case-insensitive): net/http resends, on its
+		// own, a request without a body whose headers hold the canonical
+		// "Idempotency-Key" when a reused connection closes before the
+		// answer, and that resend would be a call the saga never sees.
+		hreq.Header[strings.ToLower(KeyHeader)] = []string{req.Key}
 	}
 	hc := c.HTTP
 	if hc == nil {

@@ -143,6 +143,39 @@ func TestConnectionDroppedAfterSendIsUnknownAndNeverResent(t *testing.T) {
 	}
 }
 
+// A keyed write without a body (a DELETE, a POST of nothing) is never resent
+// by the transport either: net/http takes any request with no body and an
+// Idempotency-Key header as safe to resend on a reused connection.
+func TestBodilessKeyedWriteIsNeverResent(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := hits.Add(1)
+		if n == 1 {
+			answer(200, `{}`)(w, r) // leaves a keep-alive connection to reuse
+			return
+		}
+		if r.Header.Get(httptool.KeyHeader) != "k" {
+			t.Errorf("the key did not arrive: %v", r.Header)
+		}
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer srv.Close()
+	c := httptool.New(srv.URL, srv.Client())
+	if err := c.Do(context.Background(), httptool.Request{Path: "/x"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Do(context.Background(), httptool.Request{Method: http.MethodDelete, Path: "/x", Key: "k"}, nil)
+	if tool.KindOf(err) != tool.KindUnknown {
+		t.Fatalf("kind = %s, want unknown: %v", tool.KindOf(err), err)
+	}
+	if got := hits.Load(); got != 2 {
+		t.Fatalf("provider saw %d requests, want 2 (a hidden transport retry happened)", got)
+	}
+}
+
 func TestTimeoutAfterSendIsUnknown(t *testing.T) {
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 1)
