@@ -96,7 +96,7 @@ func TestWorkerSendsThroughMailpit(t *testing.T) {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("AGENTSAGA_TEST_MAILPIT_URL is not set under CI=true: .ci/run starts Mailpit and sets it")
 		}
-		t.Skip("AGENTSAGA_TEST_MAILPIT_URL is not set: start Mailpit (mailpit --max 0 --ignore-duplicate-ids) and set it to its HTTP root")
+		t.Skip("skipped: no Mailpit to send to (AGENTSAGA_TEST_MAILPIT_URL is not set; .ci/run starts one and sets it, and under CI=true this test fails instead): start mailpit --max 0 --ignore-duplicate-ids and set the variable to its HTTP root")
 	}
 	ctx := testContext(t, 5*time.Minute)
 	dir := t.TempDir()

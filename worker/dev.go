@@ -29,7 +29,7 @@ func runDev(ctx context.Context, d app.Dev) error {
 	}
 	metrics := st.MetricsURL
 	if metrics == "" {
-		metrics = "off"
+		metrics = "off (--metrics-addr)" // as before the move into package app
 	}
 	fmt.Printf("agentsaga dev worker ready\n  Temporal   %s (namespace %s; HTTP API %s)\n  Web UI     %s\n  codec      %s (log in once per browser at %s/login with the token in %s; keys in %s)\n  sandbox    %s\n  ledger     %s\n  task queue %s\n  data       %s\n  metrics    %s\nCtrl-C stops.\n",
 		st.Server.FrontendAddr(), st.Server.Namespace(), st.Server.FrontendHTTPAddr(), st.Server.UIURL(), st.CodecURL, st.CodecURL, st.CodecTokenFile, st.KeysFile,

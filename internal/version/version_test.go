@@ -40,7 +40,7 @@ func TestFromBuildInfo(t *testing.T) {
 // with -buildvcs=false; then the binary says "devel".)
 func TestBuiltBinary(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds a binary")
+		t.Skip("skipped under -short: this test builds a binary with go build; run it without -short")
 	}
 	bin := filepath.Join(t.TempDir(), "printversion")
 	run := func(args ...string) string {

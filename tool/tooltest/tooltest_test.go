@@ -302,7 +302,7 @@ const childEnv = "TOOLTEST_BROKEN_CHILD"
 // as the child process of TestKitCatchesBrokenTools, where it must fail.
 func TestBrokenToolsChild(t *testing.T) {
 	if os.Getenv(childEnv) == "" {
-		t.Skip("the child of TestKitCatchesBrokenTools")
+		t.Skip("skipped: this test runs only as the child process TestKitCatchesBrokenTools starts (with " + childEnv + " set), where its subtests are meant to fail")
 	}
 	for variant := range broken {
 		t.Run(variant, func(t *testing.T) { tooltest.Run(t, harness(t, variant)) })
@@ -314,7 +314,7 @@ func TestBrokenToolsChild(t *testing.T) {
 // cannot run in this one) and the child's -test.v output is read.
 func TestKitCatchesBrokenTools(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
-		t.Skip("in the child")
+		t.Skip("skipped: this is the child process of TestKitCatchesBrokenTools, which runs only in the parent")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenToolsChild$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
