@@ -6,6 +6,9 @@
 // the embedded dev stack (the Temporal server): agentsaga's own worker adds
 // --dev through Options.Dev.
 //
+// Run is the same for a whole command line in one binary: the worker, the
+// operator and planner CLI and the MCP gateway, over the same tools.
+//
 // Stability: experimental. The flags are the worker's documented ones and
 // follow its compatibility; the Go API may change before 1.0.
 package app

@@ -45,6 +45,10 @@ type Options struct {
 	// Temporal server, Web UI and sandbox). Without it --dev is refused, so
 	// a team's worker does not build the Temporal server.
 	Dev func(ctx context.Context, d Dev) error
+	// Check, when set, is called by Run with the command's name before it
+	// runs: a main refuses there what its Go tools lack (a base URL, a
+	// credential), as a UsageError, before anything is dialled.
+	Check func(command string) error
 }
 
 // Dev is what the worker's flags say for --dev, for Options.Dev.
@@ -290,18 +294,7 @@ func workerTools(files []string, sandboxURL string, o Options) (*tool.Registry, 
 	if len(files) == 0 && len(o.Tools) == 0 {
 		return o.DemoTools(sandboxURL)
 	}
-	if len(files) == 0 {
-		return tool.NewRegistry(o.Tools...)
-	}
-	cat, err := catalog.Load(files...)
-	if err != nil {
-		return nil, fmt.Errorf("--tools: %w", err)
-	}
-	reg, err := cat.Registry(o.Tools...)
-	if err != nil {
-		return nil, fmt.Errorf("--tools: %w", err)
-	}
-	return reg, nil
+	return catalog.Tools(files, o.Tools...)
 }
 
 func demoHint(o Options) string {

@@ -180,6 +180,26 @@ func (c *Catalog) Registry(extra ...tool.Tool) (*tool.Registry, error) {
 	return tool.NewRegistry(append(c.Tools(), extra...)...)
 }
 
+// Tools returns the registry a command runs: the tools of the catalogue
+// files and the Go tools (extra) together, or one error naming every
+// problem in the files and every offending tool. Without files it is the Go
+// tools' registry. The worker, the starter and the MCP gateway all build
+// their tools here.
+func Tools(files []string, extra ...tool.Tool) (*tool.Registry, error) {
+	if len(files) == 0 {
+		return tool.NewRegistry(extra...)
+	}
+	cat, err := Load(files...)
+	if err != nil {
+		return nil, fmt.Errorf("--tools: %w", err)
+	}
+	reg, err := cat.Registry(extra...)
+	if err != nil {
+		return nil, fmt.Errorf("--tools: %w", err)
+	}
+	return reg, nil
+}
+
 type builder struct {
 	opts    Options
 	p       *problems

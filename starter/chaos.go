@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/internal/chaos"
+	"github.com/agentsaga/agentsaga/internal/cli"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/redact"
 )
@@ -24,7 +25,7 @@ const chaosWorkerArg = "__worker"
 func cmdChaos(ctx context.Context, args []string, stdin io.Reader, out io.Writer) error {
 	if len(args) > 0 && args[0] == chaosWorkerArg {
 		if code := chaos.RunWorker(ctx, stdin, out, os.Stderr); code != 0 {
-			return &exitError{code: code, err: fmt.Errorf("chaos worker exited with code %d", code)}
+			return cli.Exit(code, fmt.Errorf("chaos worker exited with code %d", code))
 		}
 		return nil
 	}
@@ -82,7 +83,7 @@ func cmdChaos(ctx context.Context, args []string, stdin io.Reader, out io.Writer
 		printChaos(out, rep)
 	}
 	if !rep.OK {
-		return &exitError{code: 1, err: fmt.Errorf("chaos: %d invariant(s) broken (see the violations above)", len(rep.Violations))}
+		return cli.Exit(1, fmt.Errorf("chaos: %d invariant(s) broken (see the violations above)", len(rep.Violations)))
 	}
 	return nil
 }

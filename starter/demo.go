@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/agentsaga/agentsaga/internal/cli"
 	"github.com/agentsaga/agentsaga/internal/demo"
 	"github.com/agentsaga/agentsaga/internal/devstack"
 )
@@ -45,7 +46,7 @@ func cmdDemo(ctx context.Context, args []string, _ io.Reader, out io.Writer) err
 		<-ctx.Done()
 	}
 	if !rep.OK {
-		return &exitError{code: 1, err: fmt.Errorf("demo: a count did not match what the story promises (see FAIL above)")}
+		return cli.Exit(1, fmt.Errorf("demo: a count did not match what the story promises (see FAIL above)"))
 	}
 	return nil
 }

@@ -134,10 +134,3 @@ func sandboxClient(base string) *sandbox.Client {
 	}
 	return c
 }
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}

@@ -5,15 +5,19 @@
 // (package tool/tooltest) against a small carrier started in the test,
 // without Temporal.
 //
-//	CARRIER_URL=http://carrier.internal:8080 go run ./examples/mytool --ledger sqlite:ledger.db
+//	CARRIER_URL=http://carrier.internal:8080 go run ./examples/mytool worker --ledger sqlite:ledger.db
+//	go run ./examples/mytool run --plan plan.json
+//	CARRIER_URL=http://carrier.internal:8080 go run ./examples/mytool mcp --stdio
+//	go run ./examples/mytool approve ID --step 1 --key alice.key
 //
-// Every flag is the shipped worker's (--address, --namespace, --task-queue,
-// --ledger, --operators, --codec-keys, --tools for catalogue tools beside
-// the Go ones, ...; see the README), with their environment variables.
+// It is one binary (app.Run): `worker` takes every flag of the shipped
+// worker (--address, --namespace, --task-queue, --ledger, --operators,
+// --codec-keys, --tools for catalogue tools beside the Go ones, ...), and
+// the other commands are the starter's operator and planner commands and
+// the MCP gateway (see the README), all over the same tools.
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -22,7 +26,25 @@ import (
 	"github.com/agentsaga/agentsaga/tool"
 )
 
-func main() { os.Exit(app.Main(os.Args[1:], run)) }
+func main() { os.Exit(app.Run(os.Args[1:], options(os.Getenv("CARRIER_URL")))) }
+
+// options are the team's whole command line: the shipped worker, the
+// operator CLI and the MCP gateway over the shipping tools calling the
+// carrier at carrierURL.
+func options(carrierURL string) app.Options {
+	return app.Options{
+		Name:  "mytool",
+		Tools: Tools(carrierURL, nil),
+		// The worker calls the carrier: it refuses to start without its
+		// URL, before connecting to anything.
+		Check: func(command string) error {
+			if carrierURL == "" && command == "worker" {
+				return app.UsageError{Err: errors.New("CARRIER_URL is required: the carrier API the shipping tools call")}
+			}
+			return nil
+		},
+	}
+}
 
 // Registry returns the registry of the team's tools calling the carrier at
 // carrierURL, or the error naming every tool that lacks what the saga needs.
@@ -32,14 +54,4 @@ func Registry(carrierURL string) (*tool.Registry, error) {
 		return nil, fmt.Errorf("shipping tools: %w", err)
 	}
 	return reg, nil
-}
-
-// run is the shipped worker with the shipping tools: it refuses to start
-// without the carrier's URL, before connecting to anything.
-func run(ctx context.Context, args []string) error {
-	carrier := os.Getenv("CARRIER_URL")
-	if carrier == "" {
-		return app.UsageError{Err: errors.New("CARRIER_URL is required: the carrier API the shipping tools call")}
-	}
-	return app.Worker(ctx, args, app.Options{Name: "mytool", Tools: Tools(carrier, nil)})
 }

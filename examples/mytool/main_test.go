@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/agentsaga/agentsaga/app"
 	"github.com/agentsaga/agentsaga/httptool"
 	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/tool/tooltest"
@@ -163,16 +165,46 @@ func TestRegistry(t *testing.T) {
 // The worker refuses to start without its carrier or its ledger, before
 // connecting to anything.
 func TestRunRefusesMissingFlags(t *testing.T) {
-	t.Setenv("CARRIER_URL", "")
 	t.Setenv("AGENTSAGA_TOOLS", "")
-	err := run(context.Background(), nil)
+	err := app.Exec(context.Background(), []string{"worker"}, nil, io.Discard, options(""))
 	if err == nil || !strings.Contains(err.Error(), "CARRIER_URL is required") {
-		t.Errorf("run without CARRIER_URL = %v, want an error saying so", err)
+		t.Errorf("worker without CARRIER_URL = %v, want an error saying so", err)
 	}
 	// The shipped worker's own checks apply: --dev is not part of a team's
-	// worker, and two registrations of one tool are refused by name.
-	t.Setenv("CARRIER_URL", "http://127.0.0.1:1")
-	if err := run(context.Background(), []string{"--dev"}); err == nil || !strings.Contains(err.Error(), "without the embedded dev stack") {
-		t.Errorf("run --dev = %v, want a refusal", err)
+	// worker.
+	err = app.Exec(context.Background(), []string{"worker", "--dev"}, nil, io.Discard, options("http://127.0.0.1:1"))
+	if err == nil || !strings.Contains(err.Error(), "without the embedded dev stack") {
+		t.Errorf("worker --dev = %v, want a refusal", err)
+	}
+}
+
+// The operator and planner commands of the same binary know the team's
+// tools: run checks a plan against them before dialling Temporal (a
+// shipment plan gets as far as the connection; a plan for a tool the team
+// does not have is refused naming it), and help lists the worker.
+func TestOneBinaryKnowsTheTeamsTools(t *testing.T) {
+	t.Setenv("AGENTSAGA_TOOLS", "")
+	unreachable := []string{"--address", "127.0.0.1:1"}
+	ship := `{"session_id":"s-1","turn":1,"steps":[{"tool":"book_shipment","args":{"order_id":"ord_1","address":"1 Main St","service":"express"}}]}`
+	err := app.Exec(context.Background(), append([]string{"run", "--plan", "-"}, unreachable...), strings.NewReader(ship), io.Discard, options(""))
+	if err == nil || !strings.Contains(err.Error(), "connect to Temporal") {
+		t.Errorf("run of a shipment plan = %v, want it checked and sent to the (unreachable) server", err)
+	}
+	refund := `{"session_id":"s-1","turn":1,"steps":[{"tool":"apply_refund","args":{"order_id":"ord_1"}}]}`
+	err = app.Exec(context.Background(), append([]string{"run", "--plan", "-"}, unreachable...), strings.NewReader(refund), io.Discard, options(""))
+	if err == nil || !strings.Contains(err.Error(), "apply_refund") {
+		t.Errorf("run of a plan for another team's tool = %v, want a refusal naming it", err)
+	}
+	var help strings.Builder
+	if err := app.Exec(context.Background(), []string{"help"}, nil, &help, options("")); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"usage: mytool <command>", "worker [flags]", "approve ID", "mcp (--http"} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, help.String())
+		}
+	}
+	if strings.Contains(help.String(), "sandbox") || strings.Contains(help.String(), "demo [") {
+		t.Errorf("a team's binary lists agentsaga's dev commands:\n%s", help.String())
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -89,7 +89,7 @@ func TestMCPFlagsAreCheckedBeforeDialling(t *testing.T) {
 func TestMCPHelpListsFlagsTheREADMEDocuments(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"mcp", "--help"}, strings.NewReader(""), &out))
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
 	for _, f := range []string{"http", "stdio", "allow-remote", "duplicate-window", "call-timeout", "requested-by", "address"} {
 		require.Contains(t, out.String(), "-"+f, "mcp --help lists --%s", f)

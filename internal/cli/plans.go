@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -18,7 +18,6 @@ import (
 
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/config"
-	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
@@ -53,7 +52,7 @@ type conn struct {
 
 func (c *conn) register(fs *flag.FlagSet) {
 	c.temporal.Register(fs)
-	fs.Func("tools", "a tool catalogue file the worker runs (YAML, see catalog/), to check plans against before they are sent and to serve over MCP; repeatable (env "+catalog.EnvTools+"; without it the workflow checks the tools' args, and mcp serves the demo tools)", func(v string) error {
+	fs.Func("tools", "a tool catalogue file the worker runs (YAML, see catalog/), to check plans against before they are sent and to serve over MCP; repeatable (env "+catalog.EnvTools+"; without it the workflow checks the tools' args, and mcp needs it or Go tools)", func(v string) error {
 		c.tools = append(c.tools, v)
 		return nil
 	})
@@ -61,7 +60,7 @@ func (c *conn) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.json, "json", false, "print JSON (errors too, on standard error)")
 }
 
-func (c *conn) dial(key *operators.Key) (*sagaclient.Client, func(), error) {
+func (c *conn) dial(ctx context.Context, key *operators.Key) (*sagaclient.Client, func(), error) {
 	opts, err := c.temporal.ClientOptions()
 	if err != nil {
 		return nil, nil, usageErr("%v", err)
@@ -79,7 +78,7 @@ func (c *conn) dial(key *operators.Key) (*sagaclient.Client, func(), error) {
 	// AGENTSAGA_CODEC_KEYS_FILE, AGENTSAGA_CODEC_KEYS, or worker --dev's
 	// under the data directory); sagaclient reads the fingerprint memo with
 	// the default converter, so it gets memos decoded.
-	specs, err := c.specs()
+	specs, err := c.specs(ctx)
 	if err != nil {
 		tc.Close()
 		return nil, nil, err
@@ -88,35 +87,41 @@ func (c *conn) dial(key *operators.Key) (*sagaclient.Client, func(), error) {
 }
 
 // registry returns the tools of the catalogue files given with --tools (or
-// $AGENTSAGA_TOOLS), else the demo tools.
-func (c *conn) registry() (*tool.Registry, error) {
-	files := c.tools
+// $AGENTSAGA_TOOLS) and the Config's Go tools together, else the Config's
+// demo tools; without any it refuses, naming --tools.
+func (c *conn) registry(ctx context.Context) (*tool.Registry, error) {
+	return toolRegistry(ctx, c.tools)
+}
+
+// toolRegistry is conn.registry for commands without a conn.
+func toolRegistry(ctx context.Context, files []string) (*tool.Registry, error) {
+	cfg := configFrom(ctx)
 	if len(files) == 0 {
 		files = filepath.SplitList(os.Getenv(catalog.EnvTools))
 	}
-	if len(files) == 0 {
-		return demotools.Registry(demotools.Config{})
+	if len(files) == 0 && len(cfg.Tools) == 0 {
+		if cfg.DemoTools == nil {
+			return nil, usageErr("no tools: give --tools FILE, a tool catalogue of your APIs (env %s)", catalog.EnvTools)
+		}
+		return cfg.DemoTools()
 	}
-	cat, err := catalog.Load(files...)
+	reg, err := catalog.Tools(files, cfg.Tools...)
 	if err != nil {
-		return nil, usageErr("--tools: %v", err)
-	}
-	reg, err := cat.Registry()
-	if err != nil {
-		return nil, usageErr("--tools: %v", err)
+		return nil, usageErr("%v", err)
 	}
 	return reg, nil
 }
 
 // specs returns the specs plans are checked against before they are sent:
-// the catalogue's given with --tools (or $AGENTSAGA_TOOLS); nil without one,
-// so a plan for tools this command does not know is left to the workflow,
-// which checks it against the worker's own tools and names every field.
-func (c *conn) specs() (tool.Catalog, error) {
-	if len(c.tools) == 0 && os.Getenv(catalog.EnvTools) == "" {
+// those of the catalogue given with --tools (or $AGENTSAGA_TOOLS) and the
+// Config's Go tools; nil without any, so a plan for tools this command does
+// not know is left to the workflow, which checks it against the worker's
+// own tools and names every field.
+func (c *conn) specs(ctx context.Context) (tool.Catalog, error) {
+	if len(c.tools) == 0 && os.Getenv(catalog.EnvTools) == "" && len(configFrom(ctx).Tools) == 0 {
 		return nil, nil
 	}
-	reg, err := c.registry()
+	reg, err := c.registry(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -144,11 +149,6 @@ func mintRequestID(p *plan.Plan) (bool, error) {
 	}
 	p.RequestID = uuid.NewSHA1(requestIDNamespace, []byte(p.WorkflowID()+"\n"+fp)).String()
 	return true, nil
-}
-
-// readPlan is readPlanContext without cancellation.
-func readPlan(file string, stdin io.Reader) (plan.Plan, bool, error) {
-	return readPlanContext(context.Background(), file, stdin, demotools.Specs())
 }
 
 // readPlanContext reads, validates and completes the plan of `run` without
@@ -208,7 +208,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	if *file == "" || len(pos) > 0 {
 		return usageErr("run: usage: run --plan FILE|- [--wait]")
 	}
-	specs, err := c.specs()
+	specs, err := c.specs(ctx)
 	if err != nil {
 		return err
 	}
@@ -216,7 +216,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	if err != nil {
 		return err
 	}
-	sc, closeFn, err := c.dial(nil)
+	sc, closeFn, err := c.dial(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func cmdStatus(ctx context.Context, args []string, _ io.Reader, out io.Writer) e
 	if err := oneID("status", pos); err != nil {
 		return err
 	}
-	sc, closeFn, err := c.dial(nil)
+	sc, closeFn, err := c.dial(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -504,7 +504,7 @@ func cmdApprove(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	if err != nil {
 		return err
 	}
-	sc, closeFn, err := c.dial(key)
+	sc, closeFn, err := c.dial(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -542,7 +542,7 @@ func cmdResolve(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	if err != nil {
 		return err
 	}
-	sc, closeFn, err := c.dial(key)
+	sc, closeFn, err := c.dial(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -599,7 +599,7 @@ func cmdCancel(ctx context.Context, args []string, _ io.Reader, out io.Writer) e
 	if err := oneID("cancel", pos); err != nil {
 		return err
 	}
-	sc, closeFn, err := c.dial(nil)
+	sc, closeFn, err := c.dial(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -627,7 +627,7 @@ func cmdEscalations(ctx context.Context, args []string, _ io.Reader, out io.Writ
 	if len(pos) > 0 {
 		return usageErr("escalations: takes no arguments (see starter escalations --help)")
 	}
-	sc, closeFn, err := c.dial(nil)
+	sc, closeFn, err := c.dial(ctx, nil)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -85,12 +85,12 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	if err := m.check(pos); err != nil {
 		return err
 	}
-	sc, closeFn, err := c.dial(nil)
+	sc, closeFn, err := c.dial(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	tools, err := c.registry()
+	tools, err := c.registry(ctx)
 	if err != nil {
 		return err
 	}

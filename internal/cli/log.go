@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"github.com/agentsaga/agentsaga/redact"
@@ -11,4 +11,12 @@ import (
 // quietLogger keeps the SDK's client logs to warnings and errors on stderr.
 func quietLogger() log.Logger {
 	return log.NewStructuredLogger(slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+}
+
+// envOr is the environment variable name, or def when it is empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

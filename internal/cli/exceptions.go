@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/config"
-	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/tool"
@@ -184,7 +183,7 @@ func cmdExceptions(ctx context.Context, args []string, _ io.Reader, out io.Write
 	if err != nil {
 		return err
 	}
-	specs := demotools.Specs()
+	specs := exceptionSpecs(ctx)
 	return printExceptions(out, exceptionRows(queue(ops, specs, *older, now()), specs, now()), *asJSON)
 }
 
@@ -356,4 +355,15 @@ func cmdLedger(ctx context.Context, args []string, _ io.Reader, out io.Writer) e
 	}
 	fmt.Fprintf(out, "purged %d final operation(s) completed more than %s ago; nothing unfinished was touched\n", n, *keep)
 	return nil
+}
+
+// exceptionSpecs are the specs the exception rows are hinted by: the tools
+// of $AGENTSAGA_TOOLS and the Config's (or its demo tools); none when no
+// tools are known here, and a row of a tool not known gets the general hint.
+func exceptionSpecs(ctx context.Context) tool.Catalog {
+	reg, err := toolRegistry(ctx, nil)
+	if err != nil {
+		return tool.Specs{}
+	}
+	return reg.Specs()
 }
