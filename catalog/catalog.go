@@ -3,6 +3,7 @@ package catalog
 import (
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 
 	"github.com/agentsaga/agentsaga/tool"
@@ -98,6 +99,7 @@ func ParseWith(opts Options, srcs ...Source) (*Catalog, error) {
 	}
 	for fi, f := range files {
 		b.p.prefix = names[fi]
+		b.dir = filepath.Dir(names[fi])
 		for i, s := range f.Systems {
 			b.system(i, s)
 		}
@@ -202,11 +204,21 @@ func Tools(files []string, extra ...tool.Tool) (*tool.Registry, error) {
 
 type builder struct {
 	opts    Options
+	dir     string // the directory of the file being read: relative paths in it start there
 	p       *problems
 	systems map[string]*system
 	decls   map[string]toolDecl
 	enums   map[string][]enumArg
 	where   map[string]string
+}
+
+// local is path as the file being read means it: a relative path starts at
+// the file's directory, as in docker compose, not at the worker's.
+func (b *builder) local(path string) string {
+	if path == "" || filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(b.dir, path)
 }
 
 type enumArg struct {

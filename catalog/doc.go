@@ -96,9 +96,10 @@
 //	reg, err := cat.Registry(goTools...) // a tool.Registry with Go tools beside them
 //	specs := cat.Specs()                 // for validating plans without any provider
 //
-// Secrets are read once, when the catalogue is loaded; from_file and
-// ca_file paths are as given (relative ones to the worker's working
-// directory). A loaded catalogue prints without them.
+// Secrets are read once, when the catalogue is loaded; a relative from_file
+// or ca_file path starts at the directory of the catalogue file that names
+// it (as in docker compose), not at the worker's working directory. A
+// loaded catalogue prints without them.
 //
 // # Templates
 //

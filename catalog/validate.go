@@ -107,7 +107,7 @@ func (b *builder) system(i int, d systemDecl) {
 	}
 	var pool *x509.CertPool
 	if d.CAFile != "" {
-		pem, err := b.opts.readFile(d.CAFile)
+		pem, err := b.opts.readFile(b.local(d.CAFile))
 		if err != nil {
 			p.add(path+".ca_file", "cannot be read: %v", err)
 		} else {
@@ -156,7 +156,7 @@ func (b *builder) system(i int, d systemDecl) {
 			}
 			v = ev
 		default:
-			raw, err := b.opts.readFile(h.FromFile)
+			raw, err := b.opts.readFile(b.local(h.FromFile))
 			if err != nil {
 				p.add(hp+".from_file", "cannot be read: %v", err)
 				continue

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -306,4 +307,34 @@ tools:
 		"tools[1].request.path: {x} is not a declared argument",
 		"tools[2].request.path: {original.key} is only for reversal tools",
 	)
+}
+
+// A relative from_file starts at the catalogue file's directory, whatever
+// the worker's working directory is.
+func TestRelativeSecretFileStartsAtTheCatalogue(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "secrets"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "secrets", "key"), []byte("relative-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := `version: 1
+systems:
+  - name: a
+    base_url: https://a.example.com
+    headers:
+      - {name: X-Api-Key, from_file: secrets/key}
+tools:
+  - {name: t, description: T., system: a, class: READ, timeout: 1s, request: {path: /x}}
+`
+	file := filepath.Join(dir, "tools.yaml")
+	if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir()) // elsewhere: secrets/key does not exist here
+	if _, err := catalog.Load(file); err != nil {
+		t.Fatalf("a from_file relative to the catalogue: %v", err)
+	}
+	wantProblems(t, func() error { _, err := catalog.Parse("elsewhere/tools.yaml", []byte(src)); return err }(), "systems[0].headers[0].from_file: cannot be read")
 }
