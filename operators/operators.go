@@ -241,6 +241,10 @@ func (k *Keyring) Verify(by, action string, msg []byte, sig string) error {
 // LogValue never show the key material.
 type Key struct {
 	Name string
+	// May are the actions the key was made for (keygen --may), recorded
+	// in its file so its entry can be printed again without widening it;
+	// empty for a key file made before they were recorded.
+	May  []string
 	priv ed25519.PrivateKey
 }
 
@@ -266,8 +270,12 @@ func (k *Key) PublicKey() string {
 }
 
 // Entry is the operators-file entry of k allowed to take the given actions
-// (approve and resolve when none are given).
+// (when none are given, those the key was made for, else approve and
+// resolve).
 func (k *Key) Entry(may ...string) Operator {
+	if len(may) == 0 {
+		may = k.May
+	}
 	if len(may) == 0 {
 		may = []string{ActionApprove, ActionResolve}
 	}
@@ -284,15 +292,16 @@ func (k *Key) GoString() string { return k.String() }
 func (k *Key) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 type keyFile struct {
-	Kind       string `json:"kind"`
-	Name       string `json:"name"`
-	PrivateKey string `json:"private_key"` // base64 of the 32-byte seed
+	Kind       string   `json:"kind"`
+	Name       string   `json:"name"`
+	PrivateKey string   `json:"private_key"` // base64 of the 32-byte seed
+	May        []string `json:"may,omitempty"`
 }
 
 // Write saves k to a new file readable only by its owner (0600). It refuses
 // to overwrite an existing file.
 func (k *Key) Write(path string) error {
-	b, err := json.Marshal(keyFile{Kind: keyKind, Name: k.Name, PrivateKey: base64.StdEncoding.EncodeToString(k.priv.Seed())})
+	b, err := json.Marshal(keyFile{Kind: keyKind, Name: k.Name, PrivateKey: base64.StdEncoding.EncodeToString(k.priv.Seed()), May: k.May})
 	if err != nil {
 		return err
 	}
@@ -348,7 +357,12 @@ func ParseKey(data []byte) (*Key, error) {
 	if err != nil || len(seed) != ed25519.SeedSize {
 		return nil, errors.New("private_key is not a base64 Ed25519 seed (32 bytes)")
 	}
-	return &Key{Name: kf.Name, priv: ed25519.NewKeyFromSeed(seed)}, nil
+	for _, a := range kf.May {
+		if a != ActionApprove && a != ActionResolve {
+			return nil, fmt.Errorf("may: unknown action %q: a key is made for approve and/or resolve", a)
+		}
+	}
+	return &Key{Name: kf.Name, May: kf.May, priv: ed25519.NewKeyFromSeed(seed)}, nil
 }
 
 // Sign returns the standard base64 Ed25519 signature of msg by key, or ""

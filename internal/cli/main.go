@@ -305,7 +305,9 @@ func printJSONCompact(out io.Writer, v any) error {
 
 // Parse parses a command's flags as the commands do (positional arguments
 // before and after them; --help prints the synopsis and the flags).
-func Parse(fs *flag.FlagSet, args []string, out io.Writer) ([]string, error) { return parse(fs, args, out) }
+func Parse(fs *flag.FlagSet, args []string, out io.Writer) ([]string, error) {
+	return parse(fs, args, out)
+}
 
 // UsageErr is a usage error (exit 2) worded by format.
 func UsageErr(format string, args ...any) error { return usageErr(format, args...) }

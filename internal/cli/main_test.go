@@ -272,6 +272,33 @@ func TestOperatorKeygenSignsDecisionsTheWorkerAccepts(t *testing.T) {
 	require.ErrorContains(t, err, "chmod 600")
 }
 
+// show prints the rights the key was made with, never wider: a key made to
+// resolve only shows may [resolve]; a key file from before rights were
+// recorded needs --may instead of a guess.
+func TestOperatorShowPrintsTheKeysOwnRights(t *testing.T) {
+	dir := t.TempDir()
+	keyPath := filepath.Join(dir, "r.key")
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"operator", "keygen", "--name", "rita", "--out", keyPath, "--may", "resolve", "--json"}, nil, &out))
+	out.Reset()
+	require.NoError(t, run(context.Background(), []string{"operator", "show", "--key", keyPath, "--json"}, nil, &out))
+	var shown operators.Operator
+	require.NoError(t, json.Unmarshal(out.Bytes(), &shown))
+	require.Equal(t, []string{"resolve"}, shown.May)
+
+	k, err := operators.NewKey("old", nil)
+	require.NoError(t, err)
+	oldPath := filepath.Join(dir, "old.key")
+	require.NoError(t, k.Write(oldPath)) // no rights recorded, as keys were made before
+	err = run(context.Background(), []string{"operator", "show", "--key", oldPath}, nil, &out)
+	require.Equal(t, 2, code(err))
+	require.ErrorContains(t, err, "give --may")
+	out.Reset()
+	require.NoError(t, run(context.Background(), []string{"operator", "show", "--key", oldPath, "--may", "approve", "--json"}, nil, &out))
+	require.NoError(t, json.Unmarshal(out.Bytes(), &shown))
+	require.Equal(t, []string{"approve"}, shown.May)
+}
+
 func TestExceptionsFindTheWorkersLedger(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(config.EnvLedger, "")

@@ -25,6 +25,7 @@ func cmdOperator(_ context.Context, args []string, _ io.Reader, out io.Writer) e
 		may = fs.String("may", "approve,resolve", "comma-separated actions to put in the printed entry: approve, resolve")
 	} else {
 		keyFile = fs.String("key", os.Getenv(envOperatorKey), "the private key file (env "+envOperatorKey+")")
+		may = fs.String("may", "", "the actions to put in the entry (default: those the key was made for; required for a key file made before they were recorded)")
 	}
 	pos, err := parse(fs, args[1:], out)
 	if err != nil {
@@ -39,16 +40,13 @@ func cmdOperator(_ context.Context, args []string, _ io.Reader, out io.Writer) e
 		if *name == "" || *file == "" {
 			return usageErr("operator keygen: usage: operator keygen --name NAME --out FILE [--may approve,resolve]")
 		}
-		for _, a := range strings.Split(*may, ",") {
-			a = strings.TrimSpace(a)
-			if a != operators.ActionApprove && a != operators.ActionResolve {
-				return usageErr("operator keygen: --may: unknown action %q; give approve and/or resolve", a)
-			}
-			actions = append(actions, a)
+		if actions, err = mayList("keygen", *may); err != nil {
+			return err
 		}
 		if k, err = operators.NewKey(*name, nil); err != nil {
 			return usageErr("operator keygen: --name: %v", err)
 		}
+		k.May = actions
 		if err := k.Write(*file); err != nil {
 			return err
 		}
@@ -58,6 +56,16 @@ func cmdOperator(_ context.Context, args []string, _ io.Reader, out io.Writer) e
 		}
 		if k, err = operators.LoadKey(*keyFile); err != nil {
 			return usageErr("operator show: %v", err)
+		}
+		switch {
+		case *may != "":
+			if actions, err = mayList("show", *may); err != nil {
+				return err
+			}
+		case len(k.May) == 0:
+			// Printing approve and resolve for a key made to resolve only
+			// would widen its rights in a rebuilt operators file.
+			return usageErr("operator show: %s was made before keys recorded their rights: give --may with what the operators file grants it (approve, resolve)", safe(*keyFile))
 		}
 	}
 	entry := k.Entry(actions...)
@@ -73,6 +81,19 @@ func cmdOperator(_ context.Context, args []string, _ io.Reader, out io.Writer) e
 	}
 	fmt.Fprintf(out, "add this entry to the worker's operators file (worker --operators FILE, env AGENTSAGA_OPERATORS):\n%s\n", line)
 	return nil
+}
+
+// mayList parses a --may list of actions.
+func mayList(sub, list string) ([]string, error) {
+	var actions []string
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		if a != operators.ActionApprove && a != operators.ActionResolve {
+			return nil, usageErr("operator %s: --may: unknown action %q; give approve and/or resolve", sub, a)
+		}
+		actions = append(actions, a)
+	}
+	return actions, nil
 }
 
 func jsonLine(v any) (string, error) {
