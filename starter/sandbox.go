@@ -24,13 +24,17 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	fs := flag.NewFlagSet("sandbox "+sub, flag.ContinueOnError)
 	base := fs.String("sandbox-url", envOr(config.EnvSandboxURL, "http://127.0.0.1:8090"), "sandbox base URL (env "+config.EnvSandboxURL+")")
 	asJSON := fs.Bool("json", false, "print JSON (errors too, on standard error)")
+	var tokenDir *string
+	if sub != "serve" {
+		tokenDir = fs.String("data-dir", config.DefaultDataDir(), "where the admin token file is, as `sandbox serve --data-dir` or worker --dev wrote it (env "+config.EnvDataDir+"; env "+config.EnvSandboxToken+" wins when set)")
+	}
 	switch sub {
 	case "effects":
 		provider := fs.String("provider", "", "one provider: orders, payments, crm, accounting, mail (default all)")
 		if _, err := parse(fs, args[1:], out); err != nil {
 			return err
 		}
-		effects, err := sandboxClient(*base).Effects(ctx, *provider)
+		effects, err := sandboxClient(*base, *tokenDir).Effects(ctx, *provider)
 		if err != nil {
 			return fmt.Errorf("read effects from %s: %w (is the sandbox running? `go run ./worker --dev` starts one)", *base, err)
 		}
@@ -62,7 +66,7 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 		if _, err := parse(fs, args[1:], out); err != nil {
 			return err
 		}
-		c := sandboxClient(*base)
+		c := sandboxClient(*base, *tokenDir)
 		if *clear {
 			if err := c.ClearFaults(ctx); err != nil {
 				return err
@@ -123,13 +127,13 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 
 // sandboxClient is an admin client of the sandbox at base with its token:
 // env AGENTSAGA_SANDBOX_TOKEN, else the token file worker --dev (or
-// `sandbox serve`) keeps in the data directory (env AGENTSAGA_DATA_DIR).
-func sandboxClient(base string) *sandbox.Client {
+// `sandbox serve`) keeps in the data directory dir (--data-dir).
+func sandboxClient(base, dir string) *sandbox.Client {
 	c := sandbox.NewClient(base, nil)
 	if os.Getenv(config.EnvSandboxToken) != "" {
 		return c
 	}
-	if tok, err := sandbox.ReadTokenFile(filepath.Join(config.DefaultDataDir(), sandbox.TokenFileName)); err == nil {
+	if tok, err := sandbox.ReadTokenFile(filepath.Join(dir, sandbox.TokenFileName)); err == nil {
 		return c.WithToken(tok)
 	}
 	return c

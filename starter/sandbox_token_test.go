@@ -37,6 +37,17 @@ func TestSandboxCommandsSendTheToken(t *testing.T) {
 	if got != "token-from-the-data-dir-000001" {
 		t.Errorf("sent token %q, want the data directory's", got)
 	}
+	// --data-dir finds the token that `sandbox serve --data-dir` wrote.
+	other := t.TempDir()
+	if err := sandbox.WriteTokenFile(filepath.Join(other, sandbox.TokenFileName), "token-from-the-flag-dir-000001"); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), []string{"sandbox", "effects", "--sandbox-url", hs.URL, "--data-dir", other}, nil, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if got != "token-from-the-flag-dir-000001" {
+		t.Errorf("sent token %q, want --data-dir's", got)
+	}
 	t.Setenv(config.EnvSandboxToken, "token-from-the-env-00000000001")
 	effects()
 	if got != "token-from-the-env-00000000001" {
