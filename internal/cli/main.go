@@ -44,6 +44,7 @@ operator:
   operator keygen --name NAME --out FILE   make an operator's signing key; prints the operators-file entry
   operator show --key FILE              print the operators-file entry of a key
   codec serve [--addr HOST:PORT]        the codec endpoint the Web UI calls to decrypt payloads for those with its token
+  codec keygen --out FILE [--rotate OLD]   make a codec keyring (or a rotated one); codec token --out FILE its token
 agents:
   mcp (--http HOST:PORT | --stdio)      serve the tools to MCP clients, each call a turn of the caller's session
 other:
@@ -65,7 +66,9 @@ var synopsis = map[string]string{
 	"audit":           "audit KEY: the ledger row of an operation key and its audit trail of human decisions",
 	"report":          "report [--since 24h]: the seeds' operating figures for a window, from the ledger (first attempts, replays, unknown outcomes and time to settle, holds, people's decisions and wait, exception queue, amounts in uncertainty)",
 	"ledger purge":    "ledger purge: remove final ledger entries completed longer ago than --older-than",
-	"codec serve":     "codec serve: serve the codec endpoint the Temporal Web UI calls to show encrypted payloads (token in env AGENTSAGA_CODEC_TOKEN)",
+	"codec serve":     "codec serve: serve the codec endpoint the Temporal Web UI calls to show encrypted payloads (token from --token-file or env AGENTSAGA_CODEC_TOKEN)",
+	"codec keygen":    "codec keygen --out FILE [--id ID] [--rotate OLD-FILE]: make a codec keyring file (mode 0600), or a rotated one holding the old keys",
+	"codec token":     "codec token --out FILE: make a random token file (mode 0600) for codec serve --token-file",
 	"operator keygen": "operator keygen --name NAME --out FILE: make an operator's Ed25519 signing key (file mode 0600) and print the entry for the worker's operators file",
 	"operator show":   "operator show --key FILE: print the operators-file entry of an existing key",
 	"version":         "version [--json]: print which agentsaga this is (the release set at build time, else the module version or commit from the build information)",

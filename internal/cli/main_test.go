@@ -108,7 +108,7 @@ func leaves() [][]string {
 		case "operator":
 			out = append(out, []string{"operator", "keygen"}, []string{"operator", "show"})
 		case "codec":
-			out = append(out, []string{"codec", "serve"})
+			out = append(out, []string{"codec", "serve"}, []string{"codec", "keygen"}, []string{"codec", "token"})
 		}
 		out = append(out, []string{name})
 	}

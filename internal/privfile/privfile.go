@@ -40,3 +40,24 @@ func Ensure(path string) error {
 	}
 	return nil
 }
+
+// Create writes data to a new file at path with mode Mode. It never
+// replaces an existing file: a secret that is overwritten by mistake is
+// lost, with everything sealed or signed with it.
+func Create(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, Mode)
+	if err != nil {
+		return fmt.Errorf("create %s (an existing file is never overwritten: pick another path): %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	return f.Close()
+}
