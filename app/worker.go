@@ -107,6 +107,7 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	operatorsFile := fs.String("operators", os.Getenv(config.EnvOperators), "operators file: who may approve and resolve, with their Ed25519 public keys; decisions must then be signed (env "+config.EnvOperators+"; without it typed names are recorded as unverified)")
 	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+" (moving with --port); \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
 	allowPlaintext := fs.Bool("allow-plaintext-payloads", os.Getenv(config.EnvAllowPlaintext) == "true", "with codec keys: accept plans, turns and decisions that a client sent unencrypted (by default they are refused, so no customer data is stored in the clear; env "+config.EnvAllowPlaintext+"=true)")
+	allowUnverified := fs.Bool("allow-unverified-decisions", os.Getenv(config.EnvAllowUnverified) == "true", "without --operators outside --dev: run anyway, accepting approvals and resolutions by typed names nobody verified (each recorded as unverified; the start is logged as a warning; env "+config.EnvAllowUnverified+"=true)")
 	verbose := fs.Bool("v", false, "log every tool call")
 	showVersion := fs.Bool("version", false, "print which agentsaga this is and exit")
 	if err := fs.Parse(args); err != nil {
@@ -150,6 +151,12 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	// A nil *operators.Keyring must not reach the interface: a typed nil
 	// would be a non-nil Verifier that refuses every decision.
 	var verifier workflows.Verifier
+	if *operatorsFile == "" && !*dev {
+		if !*allowUnverified {
+			return UsageError{fmt.Errorf("no --operators file (env %s): anyone who can reach Temporal could approve a refund under any name; give --operators FILE (`starter operator keygen` prints its entries), or pass --allow-unverified-decisions to accept typed names, recorded as unverified", config.EnvOperators)}
+		}
+		log.Warn("decisions are not verified: --allow-unverified-decisions accepts typed names without --operators; give an operators file before real money")
+	}
 	if *operatorsFile != "" {
 		ring, err := operators.Load(*operatorsFile)
 		if err != nil {

@@ -34,12 +34,28 @@ func TestWorkerForATeamsTools(t *testing.T) {
 	require.ErrorAs(t, err, &ue)
 	require.ErrorContains(t, err, "built without the embedded dev stack")
 
-	err = app.Worker(context.Background(), []string{"--address", "127.0.0.1:1"}, app.Options{})
+	err = app.Worker(context.Background(), []string{"--address", "127.0.0.1:1", "--allow-unverified-decisions"}, app.Options{})
 	require.ErrorAs(t, err, &ue)
 	require.ErrorContains(t, err, "no tools: give --tools FILE")
 
-	err = app.Worker(context.Background(), []string{"--address", "127.0.0.1:1", "--data-dir", t.TempDir()}, app.Options{Tools: []tool.Tool{ping{}, ping{}}})
+	err = app.Worker(context.Background(), []string{"--address", "127.0.0.1:1", "--data-dir", t.TempDir(), "--allow-unverified-decisions"}, app.Options{Tools: []tool.Tool{ping{}, ping{}}})
 	require.Error(t, err)
 	require.True(t, errors.As(err, &ue), "a registry problem is a usage error: %v", err)
 	require.ErrorContains(t, err, "ping")
+}
+
+// Outside --dev a worker without an operators file refuses to start, naming
+// the flag that accepts unverified decisions, before it connects.
+func TestWorkerRefusesUnverifiedDecisionsUnlessAsked(t *testing.T) {
+	t.Setenv("AGENTSAGA_OPERATORS", "")
+	t.Setenv("AGENTSAGA_ALLOW_UNVERIFIED_DECISIONS", "")
+	var ue app.UsageError
+	err := app.Worker(context.Background(), []string{"--address", "127.0.0.1:1"}, app.Options{Tools: []tool.Tool{ping{}}})
+	require.ErrorAs(t, err, &ue)
+	require.ErrorContains(t, err, "--allow-unverified-decisions")
+	require.ErrorContains(t, err, "--operators FILE")
+	// With the flag it goes on, as far as the (unreachable) server.
+	err = app.Worker(context.Background(), []string{"--address", "127.0.0.1:1", "--data-dir", t.TempDir(), "--allow-unverified-decisions"}, app.Options{Tools: []tool.Tool{ping{}}})
+	require.Error(t, err)
+	require.False(t, errors.As(err, &ue), "with the flag the worker must get past its checks: %v", err)
 }

@@ -28,17 +28,20 @@ const (
 	// EnvAllowPlaintext=true makes a worker with codec keys accept
 	// payloads that clients sent unencrypted.
 	EnvAllowPlaintext = "AGENTSAGA_ALLOW_PLAINTEXT_PAYLOADS"
-	EnvNamespace      = "TEMPORAL_NAMESPACE"
-	EnvAPIKey         = "TEMPORAL_API_KEY"
-	EnvTLS            = "TEMPORAL_TLS"
-	EnvTLSCert        = "TEMPORAL_TLS_CLIENT_CERT_PATH"
-	EnvTLSKey         = "TEMPORAL_TLS_CLIENT_KEY_PATH"
-	EnvTLSCA          = "TEMPORAL_TLS_SERVER_CA_CERT_PATH"
-	EnvTLSServer      = "TEMPORAL_TLS_SERVER_NAME"
-	EnvTaskQueue      = "AGENTSAGA_TASK_QUEUE"
-	EnvLedger         = "AGENTSAGA_LEDGER"
-	EnvSandboxURL     = "AGENTSAGA_SANDBOX_URL"
-	EnvDataDir        = "AGENTSAGA_DATA_DIR"
+	// EnvAllowUnverified=true lets a worker outside --dev run without an
+	// operators file, accepting typed names as unverified decisions.
+	EnvAllowUnverified = "AGENTSAGA_ALLOW_UNVERIFIED_DECISIONS"
+	EnvNamespace       = "TEMPORAL_NAMESPACE"
+	EnvAPIKey          = "TEMPORAL_API_KEY"
+	EnvTLS             = "TEMPORAL_TLS"
+	EnvTLSCert         = "TEMPORAL_TLS_CLIENT_CERT_PATH"
+	EnvTLSKey          = "TEMPORAL_TLS_CLIENT_KEY_PATH"
+	EnvTLSCA           = "TEMPORAL_TLS_SERVER_CA_CERT_PATH"
+	EnvTLSServer       = "TEMPORAL_TLS_SERVER_NAME"
+	EnvTaskQueue       = "AGENTSAGA_TASK_QUEUE"
+	EnvLedger          = "AGENTSAGA_LEDGER"
+	EnvSandboxURL      = "AGENTSAGA_SANDBOX_URL"
+	EnvDataDir         = "AGENTSAGA_DATA_DIR"
 	// EnvOperators names the operators file (see package operators).
 	EnvOperators = "AGENTSAGA_OPERATORS"
 	// EnvMetricsAddr is where the worker serves Prometheus metrics.

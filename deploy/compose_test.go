@@ -25,12 +25,13 @@ const repoRoot = ".."
 
 // workerEnv is the worker container's environment, exactly.
 var workerEnv = []string{
-	config.EnvAddress, config.EnvNamespace, config.EnvTaskQueue, config.EnvLedger, config.EnvSandboxURL, config.EnvCodecKeys, config.EnvTools,
+	config.EnvAddress, config.EnvNamespace, config.EnvTaskQueue, config.EnvLedger, config.EnvSandboxURL, config.EnvCodecKeys, config.EnvTools, config.EnvOperators,
 }
 
 // secrets is the environment compose needs: every secret is required.
 var secrets = []string{"POSTGRES_PASSWORD=test-secret", "AGENTSAGA_LEDGER_PASSWORD=ledger-secret",
-	"AGENTSAGA_CODEC_KEYS=k1:QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVowMTIzNDU=", "AGENTSAGA_CODEC_TOKEN=codec-token-0123456789abcdef"}
+	"AGENTSAGA_CODEC_KEYS=k1:QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVowMTIzNDU=", "AGENTSAGA_CODEC_TOKEN=codec-token-0123456789abcdef",
+	"AGENTSAGA_OPERATORS_FILE=/srv/agentsaga/operators.json"}
 
 // load parses and validates docker-compose.yml the way `docker compose` does,
 // with only env as the interpolation environment (never the caller's).

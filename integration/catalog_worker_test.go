@@ -39,7 +39,7 @@ func TestWorkerRunsACatalogue(t *testing.T) {
 	t.Setenv("AGENTSAGA_SANDBOX_URL", sb.BaseURL()) // the catalogue's ${AGENTSAGA_SANDBOX_URL}
 	w := startWorkerBinary(ctx, t, bin, "catalogue", []string{
 		"--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(), "--task-queue", workflows.TaskQueue,
-		"--ledger", st.LedgerDSN, "--tools", catalogue, "--data-dir", filepath.Join(dir, "worker"),
+		"--ledger", st.LedgerDSN, "--tools", catalogue, "--data-dir", filepath.Join(dir, "worker"), "--allow-unverified-decisions",
 	})
 	require.Contains(t, w.out.String(), "apply_refund", "the banner lists the catalogue's tools")
 

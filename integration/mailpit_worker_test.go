@@ -113,7 +113,7 @@ func TestWorkerSendsThroughMailpit(t *testing.T) {
 	t.Setenv("AGENTSAGA_MAILPIT_URL", srv.URL) // the catalogue's ${AGENTSAGA_MAILPIT_URL}
 	startWorkerBinary(ctx, t, bin, "mailpit", []string{
 		"--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(), "--task-queue", workflows.TaskQueue,
-		"--ledger", st.LedgerDSN, "--tools", catalogue, "--data-dir", filepath.Join(dir, "worker"),
+		"--ledger", st.LedgerDSN, "--tools", catalogue, "--data-dir", filepath.Join(dir, "worker"), "--allow-unverified-decisions",
 	})
 
 	var before struct {

@@ -61,7 +61,7 @@ func TestSIGTERMLetsTheCallInFlightFinish(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	args := []string{
 		"--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(), "--task-queue", workflows.TaskQueue,
-		"--ledger", st.LedgerDSN, "--sandbox-url", sb.BaseURL(), "--data-dir", filepath.Join(dir, "worker"), "-v",
+		"--ledger", st.LedgerDSN, "--sandbox-url", sb.BaseURL(), "--data-dir", filepath.Join(dir, "worker"), "-v", "--allow-unverified-decisions",
 	}
 	first := startWorkerBinary(ctx, t, bin, "first", args)
 
