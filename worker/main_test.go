@@ -161,11 +161,11 @@ func TestToolsFileProblemsStopTheWorker(t *testing.T) {
 	t.Setenv("AGENTSAGA_TOOLS", "")
 	bad := filepath.Join(t.TempDir(), "tools.yaml")
 	require.NoError(t, os.WriteFile(bad, []byte("version: 1\ntools:\n  - name: pay\n    class: MAYBE_WRITE\n    system: nowhere\n"), 0o600))
-	err := run(context.Background(), []string{"--tools", bad, "--address", "127.0.0.1:1"})
+	err := run(context.Background(), []string{"--tools", bad, "--address", "127.0.0.1:1", "--allow-unverified-decisions"})
 	require.Error(t, err)
 	for _, want := range []string{"--tools", "tools[0].class", "tools[0].system"} {
 		require.Contains(t, err.Error(), want)
 	}
-	err = run(context.Background(), []string{"--address", "127.0.0.1:1"})
+	err = run(context.Background(), []string{"--address", "127.0.0.1:1", "--allow-unverified-decisions"})
 	require.ErrorContains(t, err, "give --tools FILE")
 }

@@ -43,6 +43,7 @@ operator:
   ledger purge [--older-than 720h]      remove final ledger entries past retention
   operator keygen --name NAME --out FILE   make an operator's signing key; prints the operators-file entry
   operator show --key FILE              print the operators-file entry of a key
+  cluster setup [--retention 720h]      create the namespace and its search attributes, checked against what exists
   codec serve [--addr HOST:PORT]        the codec endpoint the Web UI calls to decrypt payloads for those with its token
   codec keygen --out FILE [--rotate OLD]   make a codec keyring (or a rotated one); codec token --out FILE its token
 agents:
@@ -67,6 +68,7 @@ var synopsis = map[string]string{
 	"report":          "report [--since 24h]: the seeds' operating figures for a window, from the ledger (first attempts, replays, unknown outcomes and time to settle, holds, people's decisions and wait, exception queue, amounts in uncertainty)",
 	"ledger purge":    "ledger purge: remove final ledger entries completed longer ago than --older-than",
 	"codec serve":     "codec serve: serve the codec endpoint the Temporal Web UI calls to show encrypted payloads (token from --token-file or env AGENTSAGA_CODEC_TOKEN)",
+	"cluster setup":   "cluster setup [--retention 720h] [--update-retention]: prepare a Temporal namespace for agentsaga (create it with a retention, add the search attributes), checked against what exists; safe to run again",
 	"codec keygen":    "codec keygen --out FILE [--id ID] [--rotate OLD-FILE]: make a codec keyring file (mode 0600), or a rotated one holding the old keys",
 	"codec token":     "codec token --out FILE: make a random token file (mode 0600) for codec serve --token-file",
 	"operator keygen": "operator keygen --name NAME --out FILE: make an operator's Ed25519 signing key (file mode 0600) and print the entry for the worker's operators file",
@@ -193,7 +195,7 @@ func commands(ctx context.Context) map[string]Command {
 	m := map[string]Command{
 		"run": cmdRun, "status": cmdStatus, "approve": cmdApprove, "resolve": cmdResolve, "cancel": cmdCancel,
 		"escalations": cmdEscalations, "exceptions": cmdExceptions, "audit": cmdAudit, "ledger": cmdLedger,
-		"operator": cmdOperator, "mcp": cmdMCP, "codec": cmdCodec, "report": cmdReport,
+		"operator": cmdOperator, "cluster": cmdCluster, "mcp": cmdMCP, "codec": cmdCodec, "report": cmdReport,
 		"version": cmdVersion,
 	}
 	for name, c := range configFrom(ctx).Commands {
