@@ -192,6 +192,9 @@ func TestClashOnTheCardAndOverride(t *testing.T) {
 
 	summaries := uiActivitySummaries(ctx, t, st, run2.WorkflowID)
 	require.Contains(t, summaries, "apply_refund order_id ord_it_clash 3,399.00 EUR "+second.Key(1))
+	// The approval wait is named after its question in the UI's timeline,
+	// not AwaitWithTimeout.
+	require.Contains(t, summaries, "approval "+w2.Questions[0].ID+" apply_refund 3,399.00 EUR")
 }
 
 // uiCall calls the Temporal Web UI's HTTP API of the stack as the browser

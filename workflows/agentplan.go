@@ -543,7 +543,8 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 					st.LastError = fmt.Sprintf("gave up after %d calls: each ended without an effect at the provider (reconciled by key): %s", calls, st.LastError)
 					return r.gaveUp(dctx, n, false)
 				}
-				_ = workflow.Sleep(dctx, r.backoff(st.Key, calls, activities.DetailOf(err).RetryAfter))
+				_ = workflow.NewTimerWithOptions(dctx, r.backoff(st.Key, calls, activities.DetailOf(err).RetryAfter),
+					workflow.TimerOptions{Summary: fmt.Sprintf("backoff %s before call %d", st.Key, calls+1)}).Get(dctx, nil)
 				continue
 			}
 			return false
@@ -704,7 +705,8 @@ func (r *run) reconcileUntil(ctx workflow.Context, spec tool.Spec, req activitie
 		if left <= 0 {
 			return tool.Lookup{}, i, false
 		}
-		if err := workflow.Sleep(ctx, min(gap, left)); err != nil {
+		wait := workflow.NewTimerWithOptions(ctx, min(gap, left), workflow.TimerOptions{Summary: "reconcile " + req.Key + ": ask the provider again"})
+		if err := wait.Get(ctx, nil); err != nil {
 			return tool.Lookup{}, i, false
 		}
 		gap = min(2*gap, maxReconcileGap)

@@ -879,7 +879,10 @@ func (r *run) askApproval(ctx, dctx workflow.Context, n int, rule string, rep ac
 	q := r.open(dctx, n, QuestionApproval, rule, []string{"approve", "reject"}, rep, window)
 	st.Waiting, st.LastError = "approval", "waiting for approval: "+rule
 	r.refresh(dctx)
-	answered, err := workflow.AwaitWithTimeout(ctx, window, func() bool { return q.decision != nil })
+	// The timer is named after its question, so the UI's timeline says what
+	// waits for whom (the summary is encoded like every payload).
+	summary := strings.TrimSpace(fmt.Sprintf("approval %s %s %s", q.ID, st.Tool, q.Card.Amount))
+	answered, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: window, TimerOptions: workflow.TimerOptions{Summary: summary}}, func() bool { return q.decision != nil })
 	var d Decision
 	switch {
 	case q.decision != nil:
