@@ -167,6 +167,9 @@ func TestClashOnTheCardAndOverride(t *testing.T) {
 	for _, want := range []string{"3,399.00 EUR", "order_id ord_it_clash", "above 500.00 EUR", first.Key(1), w2.Questions[0].ID} {
 		require.Contains(t, details, want, "the UI's current details show the card")
 	}
+	require.Contains(t, details, "how to decide: `starter approve "+run2.WorkflowID+" --step 1 --question "+w2.Questions[0].ID)
+	require.Contains(t, details, "`--override` to let it through the clash shown")
+	require.Contains(t, details, "- step 1 · apply_refund · **pending**", "one line per step, its cells apart")
 
 	refundsBefore := countKind(allEffects(ctx, t, sb), "refund")
 	err = approve(run2.WorkflowID, w2.Questions[0], "carol", false)
@@ -192,6 +195,10 @@ func TestClashOnTheCardAndOverride(t *testing.T) {
 
 	summaries := uiActivitySummaries(ctx, t, st, run2.WorkflowID)
 	require.Contains(t, summaries, "apply_refund order_id ord_it_clash 3,399.00 EUR "+second.Key(1))
+	// A finished plan's details keep who decided, how, and why.
+	finished := uiCurrentDetails(ctx, t, st, run2.WorkflowID)
+	require.Contains(t, finished, "approved with override by carol (unverified)")
+	require.Contains(t, finished, "**succeeded** · id ")
 	// The approval wait is named after its question in the UI's timeline,
 	// not AwaitWithTimeout.
 	require.Contains(t, summaries, "approval "+w2.Questions[0].ID+" apply_refund 3,399.00 EUR")

@@ -190,22 +190,51 @@ func (r *run) summary(spec tool.Spec, req activities.Request) string {
 	return redact.String(strings.Join(parts, " "))
 }
 
-// details sets the workflow's current details for the Temporal UI: the plan
-// as a short table and the open question with its card.
+// details sets the workflow's current details for the Temporal UI: one line
+// per step (the UI renders lists, not tables: a table's cells ran together),
+// with why it failed, its reversal and the decisions taken on it, then each
+// open question with its card and the command that answers it.
 func (r *run) details(ctx workflow.Context) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "**%s** · session %s · turn %d", r.st.State, r.plan.SessionID, r.plan.Turn)
 	if r.plan.RequestID != "" {
 		fmt.Fprintf(&b, " · request %s", r.plan.RequestID)
 	}
-	b.WriteString("\n\n| step | tool | state | external id |\n|---|---|---|---|\n")
-	for _, s := range r.st.Steps {
-		state := string(s.State)
-		if s.Compensation != nil {
-			state += " (reversal " + string(s.Compensation.State) + ")"
-		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", s.Step, s.Tool, state, s.ExternalID)
+	if r.st.Error != "" {
+		fmt.Fprintf(&b, "\n\nwhy: %s", r.st.Error)
 	}
+	b.WriteString("\n\n**Steps**\n\n")
+	for _, s := range r.st.Steps {
+		fmt.Fprintf(&b, "- step %d · %s · **%s**", s.Step, s.Tool, s.State)
+		if s.ExternalID != "" {
+			fmt.Fprintf(&b, " · id %s", s.ExternalID)
+		}
+		if s.Waiting != "" {
+			fmt.Fprintf(&b, " · waiting for %s", s.Waiting)
+		}
+		if c := s.Compensation; c != nil {
+			fmt.Fprintf(&b, " · reversal %s %s", c.Tool, c.State)
+			if c.ExternalID != "" {
+				fmt.Fprintf(&b, " (id %s)", c.ExternalID)
+			}
+		}
+		b.WriteString("\n")
+		if s.LastError != "" && s.Waiting == "" {
+			fmt.Fprintf(&b, "  - why: %s\n", s.LastError)
+		}
+		for _, d := range s.Decisions {
+			who := d.By + " (unverified)"
+			if d.Verified {
+				who = d.By + " (verified)"
+			}
+			line := fmt.Sprintf("  - %s by %s at %s", decisionVerb(d), who, d.At.UTC().Format("2006-01-02 15:04:05Z"))
+			if d.Note != "" {
+				line += ": " + d.Note
+			}
+			b.WriteString(line + "\n")
+		}
+	}
+	id := workflow.GetInfo(ctx).WorkflowExecution.ID
 	for _, q := range r.openList() {
 		c := q.Card
 		fmt.Fprintf(&b, "\n**Open question %s** (%s, step %d), answers: %s\n\n", q.ID, q.Kind, q.Step, strings.Join(q.Answers, ", "))
@@ -215,6 +244,37 @@ func (r *run) details(ctx workflow.Context) {
 		if !q.ExpiresAt.IsZero() {
 			fmt.Fprintf(&b, "- expires: %s\n", q.ExpiresAt.Format("2006-01-02 15:04:05Z07:00"))
 		}
+		fmt.Fprintf(&b, "- how to decide: %s\n", howToDecide(id, q))
 	}
 	workflow.SetCurrentDetails(ctx, redact.String(b.String()))
+}
+
+// decisionVerb is a decision in one word or two, for the details.
+func decisionVerb(d Decision) string {
+	switch {
+	case d.Refused != "":
+		return "refused " + d.Kind
+	case d.Kind == SignalApprove && d.Approved && d.Override:
+		return "approved with override"
+	case d.Kind == SignalApprove && d.Approved:
+		return "approved"
+	case d.Kind == SignalApprove:
+		return "rejected"
+	case d.Outcome != "":
+		return "resolved " + string(d.Outcome)
+	}
+	return d.Kind
+}
+
+// howToDecide is the command that answers q, as an operator types it.
+func howToDecide(id string, q Question) string {
+	base := fmt.Sprintf("`starter %%s %s --step %d --question %s --key YOUR.key", id, q.Step, q.ID)
+	if q.Kind == QuestionApproval {
+		cmd := fmt.Sprintf(base, "approve") + " --reason TEXT` (add `--reject` to refuse"
+		if q.Card.Clash != "" {
+			cmd += "; `--override` to let it through the clash shown"
+		}
+		return cmd + ")"
+	}
+	return fmt.Sprintf(base, "resolve") + " --outcome succeeded|failed|retry` (succeeded takes `--external-id`; the effect MAY HAVE HAPPENED: check the provider first)"
 }
