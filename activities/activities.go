@@ -82,6 +82,8 @@ type Activities struct {
 	Tools  *tool.Registry
 	Ledger ledger.Store
 	Log    *slog.Logger
+	// Webhook, when set, is told about questions (see Notify).
+	Webhook *Webhook
 }
 
 func (a *Activities) log() *slog.Logger {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/catalog"
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/config"
@@ -108,6 +110,10 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+" (moving with --port); \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
 	allowPlaintext := fs.Bool("allow-plaintext-payloads", os.Getenv(config.EnvAllowPlaintext) == "true", "with codec keys: accept plans, turns and decisions that a client sent unencrypted (by default they are refused, so no customer data is stored in the clear; env "+config.EnvAllowPlaintext+"=true)")
 	allowUnverified := fs.Bool("allow-unverified-decisions", os.Getenv(config.EnvAllowUnverified) == "true", "without --operators outside --dev: run anyway, accepting approvals and resolutions by typed names nobody verified (each recorded as unverified; the start is logged as a warning; env "+config.EnvAllowUnverified+"=true)")
+	notifyURL := fs.String("notify-url", os.Getenv(envNotifyURL), "POST a signed JSON notification (Slack-compatible) here when a question opens, ages past --notify-after, and is decided or expires; at most once per event (env "+envNotifyURL+")")
+	notifySecret := fs.String("notify-secret-file", os.Getenv(envNotifySecretFile), "the file holding the secret that signs notifications (HMAC-SHA256, at least 16 bytes; env "+envNotifySecretFile+"); required with --notify-url")
+	notifyAfter := fs.Duration("notify-after", 30*time.Minute, "notify again when a question is still open this long after it opened; 0 turns it off (env "+envNotifyAfter+")")
+	uiURL := fs.String("ui-url", os.Getenv(envUIURL), "the Temporal Web UI's base URL, for the links in notifications (env "+envUIURL+")")
 	verbose := fs.Bool("v", false, "log every tool call")
 	showVersion := fs.Bool("version", false, "print which agentsaga this is and exit")
 	if err := fs.Parse(args); err != nil {
@@ -166,6 +172,20 @@ func Worker(ctx context.Context, args []string, o Options) error {
 		log.Info("decisions must be signed", "operators", ring.Names())
 	}
 
+	if v := os.Getenv(envNotifyAfter); v != "" && !flagSet(fs, "notify-after") {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return UsageError{fmt.Errorf("%s=%q is not a duration such as 30m", envNotifyAfter, redact.String(v))}
+		}
+		*notifyAfter = d
+	}
+	hook, err := webhook(*notifyURL, *notifySecret, *notifyAfter, *uiURL, t.Namespace)
+	if err != nil {
+		return UsageError{err}
+	}
+	if *dev && hook != nil {
+		return UsageError{errors.New("--notify-url: worker --dev does not notify; run the worker against a cluster for it")}
+	}
 	if *dev {
 		if o.Dev == nil {
 			return UsageError{fmt.Errorf("--dev: this worker was built without the embedded dev stack: run agentsaga's own worker (go run ./worker --dev) for it")}
@@ -246,7 +266,7 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	if err := sagaworker.RegisterSearchAttributes(ctx, c, t.Namespace); err != nil {
 		log.Warn("search attributes not registered; escalations cannot be listed until they are", "error", err)
 	}
-	w, err := sagaworker.New(c, sagaworker.Options{TaskQueue: t.TaskQueue, Tools: tools, Ledger: store, Logger: log, Operators: verifier,
+	w, err := sagaworker.New(c, sagaworker.Options{TaskQueue: t.TaskQueue, Tools: tools, Ledger: store, Logger: log, Operators: verifier, Webhook: hook,
 		Worker: worker.Options{Interceptors: tel.WorkerInterceptors()}})
 	if err != nil {
 		return err
@@ -317,4 +337,54 @@ func devMetricsPort() int {
 	_, p, _ := net.SplitHostPort(telemetry.DefaultDevMetricsAddr)
 	n, _ := strconv.Atoi(p)
 	return n
+}
+
+// Environment variables of the worker's notifications.
+const (
+	envNotifyURL        = "AGENTSAGA_NOTIFY_URL"
+	envNotifySecretFile = "AGENTSAGA_NOTIFY_SECRET_FILE"
+	envNotifyAfter      = "AGENTSAGA_NOTIFY_AFTER"
+	envUIURL            = "AGENTSAGA_UI_URL"
+)
+
+// minNotifySecret is the shortest secret that signs notifications.
+const minNotifySecret = 16
+
+// webhook checks the notification flags; nil when --notify-url is not set.
+func webhook(rawURL, secretFile string, after time.Duration, uiURL, namespace string) (*activities.Webhook, error) {
+	if rawURL == "" {
+		if secretFile != "" {
+			return nil, errors.New("--notify-secret-file without --notify-url: give the webhook's URL too")
+		}
+		return nil, nil
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("--notify-url %q is not an http(s) URL", redact.String(rawURL))
+	}
+	if u.User != nil {
+		return nil, errors.New("--notify-url holds credentials: the secret goes in --notify-secret-file")
+	}
+	if secretFile == "" {
+		return nil, fmt.Errorf("--notify-url needs --notify-secret-file (env %s): every notification is signed", envNotifySecretFile)
+	}
+	b, err := os.ReadFile(secretFile)
+	if err != nil {
+		return nil, fmt.Errorf("--notify-secret-file: %w", err)
+	}
+	secret := []byte(strings.TrimRight(string(b), "\r\n"))
+	if len(secret) < minNotifySecret {
+		return nil, fmt.Errorf("--notify-secret-file: the secret is %d bytes, at least %d are needed", len(secret), minNotifySecret)
+	}
+	if after < 0 {
+		return nil, errors.New("--notify-after must not be negative (0 turns the reminder off)")
+	}
+	return &activities.Webhook{URL: rawURL, Secret: secret, After: after, UIURL: strings.TrimRight(uiURL, "/"), Namespace: namespace}, nil
+}
+
+// flagSet reports whether the command line set flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -58,4 +59,30 @@ func TestWorkerRefusesUnverifiedDecisionsUnlessAsked(t *testing.T) {
 	err = app.Worker(context.Background(), []string{"--address", "127.0.0.1:1", "--data-dir", t.TempDir(), "--allow-unverified-decisions"}, app.Options{Tools: []tool.Tool{ping{}}})
 	require.Error(t, err)
 	require.False(t, errors.As(err, &ue), "with the flag the worker must get past its checks: %v", err)
+}
+
+// The notification flags are checked before anything is dialled: a URL
+// needs a signing secret of 16 bytes or more, and carries no credentials.
+func TestWorkerChecksTheNotificationFlags(t *testing.T) {
+	t.Setenv("AGENTSAGA_NOTIFY_URL", "")
+	t.Setenv("AGENTSAGA_NOTIFY_SECRET_FILE", "")
+	dir := t.TempDir()
+	short := dir + "/short"
+	require.NoError(t, os.WriteFile(short, []byte("tiny\n"), 0o600))
+	base := []string{"--address", "127.0.0.1:1", "--allow-unverified-decisions"}
+	for args, want := range map[string][]string{
+		"no secret":   {"--notify-url", "https://hooks.example/x"},
+		"short":       {"--notify-url", "https://hooks.example/x", "--notify-secret-file", short},
+		"credentials": {"--notify-url", "https://u:p@hooks.example/x", "--notify-secret-file", short},
+		"scheme":      {"--notify-url", "ftp://hooks.example/x", "--notify-secret-file", short},
+		"secret only": {"--notify-secret-file", short},
+	} {
+		var ue app.UsageError
+		err := app.Worker(context.Background(), append(append([]string{}, base...), want...), app.Options{Tools: []tool.Tool{ping{}}})
+		require.ErrorAs(t, err, &ue, args)
+		require.ErrorContains(t, err, "--notify-", args)
+	}
+	t.Setenv("AGENTSAGA_NOTIFY_AFTER", "soon")
+	err := app.Worker(context.Background(), base, app.Options{Tools: []tool.Tool{ping{}}})
+	require.ErrorContains(t, err, "AGENTSAGA_NOTIFY_AFTER")
 }

@@ -39,6 +39,9 @@ type Options struct {
 	// Operators verifies who decides (an *operators.Keyring); nil accepts
 	// typed names, recorded as unverified (the dev stack).
 	Operators workflows.Verifier
+	// Webhook, when set, is told when a question opens, ages past its
+	// After, and is decided or expires (activities.Notify).
+	Webhook *activities.Webhook
 	// Worker passes SDK worker options through. Its WorkerStopTimeout is
 	// raised to StopTimeout of the tools when it is shorter.
 	Worker worker.Options
@@ -82,7 +85,7 @@ func New(c client.Client, o Options) (worker.Worker, error) {
 	o.Worker.WorkerStopTimeout = max(o.Worker.WorkerStopTimeout, StopTimeout(o.Tools.Specs()))
 	w := worker.New(c, tq, o.Worker)
 	Register(w, &workflows.Saga{Specs: o.Tools.Specs(), Operators: o.Operators},
-		&activities.Activities{Tools: o.Tools, Ledger: o.Ledger, Log: o.Logger})
+		&activities.Activities{Tools: o.Tools, Ledger: o.Ledger, Log: o.Logger, Webhook: o.Webhook})
 	return w, nil
 }
 
@@ -99,6 +102,7 @@ func Register(r worker.Registry, saga *workflows.Saga, acts *activities.Activiti
 		activities.GrantPermitName:    acts.GrantPermit,
 		activities.RecordDecisionName: acts.RecordDecision,
 		activities.LookupToolName:     acts.LookupTool,
+		activities.NotifyName:         acts.Notify,
 	} {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}

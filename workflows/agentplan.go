@@ -349,6 +349,7 @@ func (r *run) firstCause(failed []int) int {
 // (and the cancellation, if the plan was cancelled).
 func (r *run) finish(ctx, dctx workflow.Context) (Status, error) {
 	_ = workflow.Await(dctx, func() bool { return workflow.AllHandlersFinished(dctx) })
+	r.drainNotifications(dctx)
 	r.count(dctx, MetricPlansCompleted, map[string]string{"state": string(r.st.State)})
 	return r.st, ctx.Err()
 }
@@ -377,6 +378,8 @@ type run struct {
 	// upsertOnChange skips an upsert of search attributes that would not
 	// change them (as pinned: see pinned.UpsertOnChange).
 	upsertOnChange bool
+	// notifying counts notifications in flight (see announce).
+	notifying int
 }
 
 // newRunState returns a run with its bookkeeping allocated; AgentPlan and

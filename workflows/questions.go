@@ -68,6 +68,7 @@ type question struct {
 	Question
 	decision *Decision // set when a decision was applied
 	checking bool      // a resolve is being checked with the provider
+	notified bool      // its opening was announced to the webhook
 }
 
 // Change IDs for workflow.GetVersion: each names a change of the commands
@@ -809,6 +810,7 @@ func (r *run) open(ctx workflow.Context, n int, kind, rule string, answers []str
 	r.qs[n] = q
 	r.st.Questions = r.openList()
 	r.count(ctx, MetricQuestionsOpened, map[string]string{"kind": kind})
+	r.announce(ctx, q)
 	return q
 }
 
@@ -822,6 +824,7 @@ func (r *run) close(ctx workflow.Context, q *question, d Decision) {
 	st := r.step(q.Step)
 	st.Decisions = append(st.Decisions, d)
 	st.Waiting = ""
+	r.announceClosed(ctx, q, d)
 	key := q.Key
 	if q.Kind == QuestionReversal && st.Compensation != nil {
 		key = st.Compensation.Key
