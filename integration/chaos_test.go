@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -14,7 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/codec"
+	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/internal/chaos"
+	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
 )
 
@@ -122,4 +125,48 @@ func plantDuplicateEmail(ctx context.Context, t *testing.T, in chaos.Inspection)
 	}
 	require.Fail(t, "no plan of the run sent an e-mail")
 	return ""
+}
+
+// `starter chaos --address` runs the same proof on a cluster a team already
+// has: here a Temporal server, ledger and sandbox started apart from the
+// run, which connects to them, starts and kills only its own worker
+// processes and never restarts the server. No invariant may break.
+func TestChaosOnAClusterOfYourOwn(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	dir := t.TempDir()
+	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: filepath.Join(dir, "sandbox")})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sb.Close()) })
+	st, err := devstack.Start(ctx, devstack.Options{NoWorker: true, UIPort: -1, DataDir: filepath.Join(dir, "cluster"), SandboxURL: sb.BaseURL()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	// The payload keys are the test process's (AGENTSAGA_CODEC_KEYS), which
+	// the run and its workers read as a team's would.
+
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	rep, err := chaos.Run(ctx, chaos.Options{
+		Plans: 10, Seed: 7, Short: true, Ready: workerReady,
+		Cluster: &chaos.Cluster{
+			Temporal:  config.Temporal{Address: st.Server.FrontendAddr(), Namespace: st.Server.Namespace(), CodecKeys: st.KeysFile},
+			LedgerDSN: st.LedgerDSN, SandboxURL: sb.BaseURL(), SandboxToken: sb.Token(),
+		},
+		WorkerCommand: func(cfg chaos.WorkerConfig) *exec.Cmd {
+			cmd := exec.Command(exe, "-test.run=^$")
+			cmd.Env = append(os.Environ(),
+				envWorker+"=1", envTemporal+"="+cfg.TemporalAddr, envNamespace+"="+cfg.Namespace,
+				envTaskQueue+"="+cfg.TaskQueue, envLedger+"="+cfg.LedgerDSN, envSandbox+"="+cfg.SandboxURL)
+			return cmd
+		},
+	})
+	require.NoError(t, err)
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	t.Logf("chaos report:\n%s", b)
+	require.True(t, rep.OK, "violations: %v", rep.Violations)
+	require.Zero(t, rep.Duplicates)
+	require.Zero(t, rep.Lost)
+	require.Zero(t, rep.Stuck)
+	require.Zero(t, rep.Restarts, "a cluster of one's own is not restarted")
+	require.GreaterOrEqual(t, rep.Kills, 1, "its own workers are killed")
+	require.Equal(t, 10, rep.Plans)
 }

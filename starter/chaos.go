@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/internal/chaos"
 	"github.com/agentsaga/agentsaga/internal/cli"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
@@ -39,6 +40,13 @@ func cmdChaos(ctx context.Context, args []string, stdin io.Reader, out io.Writer
 	settle := fs.Duration("settle", chaos.DefaultSettle, "how long to wait for the plans to end after the last one started")
 	asJSON := fs.Bool("json", false, "print the report as JSON (errors too, on standard error)")
 	verbose := fs.Bool("verbose", false, "log progress (kills, restart, plans started) to standard error")
+	// On a cluster of one's own: --address names it (with --namespace,
+	// --task-queue, TLS, --codec-keys), --ledger the ledger the run's
+	// workers share, --sandbox-url a running sandbox.
+	var t config.Temporal
+	t.Register(fs)
+	ledgerDSN := fs.String("ledger", "", "on a cluster: the ledger DSN the run's workers share (postgres://... or sqlite:...)")
+	sandboxURL := fs.String("sandbox-url", "", "on a cluster: a running sandbox (`starter sandbox serve`); its admin token from env "+config.EnvSandboxToken)
 	pos, err := parse(fs, args, out)
 	if err != nil {
 		return err
@@ -53,6 +61,18 @@ func cmdChaos(ctx context.Context, args []string, stdin io.Reader, out io.Writer
 	case *concurrency < 1:
 		return usageErr("chaos: --concurrency %d: let at least 1 plan run", *concurrency)
 	}
+	var cluster *chaos.Cluster
+	if given(fs, "address") {
+		if *ledgerDSN == "" || *sandboxURL == "" {
+			return usageErr("chaos: --address runs on your cluster and needs --ledger (the ledger its workers share) and --sandbox-url (a running `starter sandbox serve`)")
+		}
+		if *dataDir != "" {
+			return usageErr("chaos: --data-dir is for the embedded stack; on a cluster the data is the cluster's")
+		}
+		cluster = &chaos.Cluster{Temporal: t, LedgerDSN: *ledgerDSN, SandboxURL: *sandboxURL, SandboxToken: os.Getenv(config.EnvSandboxToken)}
+	} else if *ledgerDSN != "" || *sandboxURL != "" {
+		return usageErr("chaos: --ledger and --sandbox-url go with --address (a run on your cluster)")
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("chaos: find this binary to start worker processes from it: %w", err)
@@ -65,7 +85,7 @@ func cmdChaos(ctx context.Context, args []string, stdin io.Reader, out io.Writer
 		fmt.Fprintf(out, "chaos run: %d plans, seed %d, %d worker processes; this takes a few minutes ...\n", *plans, *seed, *workers)
 	}
 	rep, err := chaos.Run(ctx, chaos.Options{
-		Plans: *plans, Seed: *seed, Workers: *workers, Concurrency: *concurrency, Short: *short, DataDir: *dataDir, Settle: *settle, Logger: log,
+		Plans: *plans, Seed: *seed, Workers: *workers, Concurrency: *concurrency, Short: *short, DataDir: *dataDir, Settle: *settle, Logger: log, Cluster: cluster,
 		WorkerCommand: func(cfg chaos.WorkerConfig) *exec.Cmd {
 			cmd := exec.Command(exe, "chaos", chaosWorkerArg)
 			cmd.Env = append(os.Environ(), chaos.WorkerEnv(cfg)...)
@@ -132,4 +152,11 @@ func joinCounts(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// given reports whether the command line set flag name.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -29,13 +29,17 @@ import (
 	"sync"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/codec"
+	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/internal/devserver"
 	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/sagaworker"
@@ -83,10 +87,28 @@ type Options struct {
 	Settle time.Duration
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
+	// Cluster, when set, runs the plans on an existing cluster, ledger and
+	// sandbox instead of an embedded stack: only this run's own worker
+	// processes are started and killed, and the server is not restarted.
+	Cluster *Cluster
 	// Inspect, when set, is called after the check while the stack still
 	// runs: tests use it to break an invariant in a provider's store on
 	// purpose and see Recheck catch it.
 	Inspect func(ctx context.Context, in Inspection) error
+}
+
+// Cluster is an existing Temporal cluster, ledger and sandbox a chaos run
+// uses (a team's staging): the plans carry this run's own tag, so its
+// sessions, orders and checks stay apart from anything else there.
+type Cluster struct {
+	// Temporal is how to reach the cluster (address, namespace, TLS, API
+	// key, codec keys); its task queue is the one the run's workers poll.
+	Temporal config.Temporal
+	// LedgerDSN is the ledger the run's workers share.
+	LedgerDSN string
+	// SandboxURL is a running sandbox (`starter sandbox serve`), with
+	// SandboxToken its admin token.
+	SandboxURL, SandboxToken string
 }
 
 // Report is what a run counted and found.
@@ -137,8 +159,15 @@ type runner struct {
 
 	sb    *sandbox.Sandbox
 	admin *sandbox.Client
-	st    *devstack.Stack
+	st    *devstack.Stack // nil on a Cluster
 	wh    *withholder
+
+	// Where the plans run: the embedded stack's, or the Cluster's.
+	plans                           *sagaclient.Client
+	ledger                          ledger.Store
+	sandboxURL, ledgerDSN, keysFile string
+	temporal                        config.Temporal
+	closeConn                       func() error
 
 	mu        sync.Mutex
 	workers   map[int]*process
@@ -193,8 +222,10 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 			return Report{}, fmt.Errorf("chaos: make a temporary data directory: %w", err)
 		}
 		defer os.RemoveAll(r.dir)
-	} else {
-		// A kept data directory may hold earlier runs: a new tag keeps
+	}
+	if o.DataDir != "" || o.Cluster != nil {
+		// A kept data directory or a shared cluster may hold earlier
+		// runs: a new tag keeps
 		// this run's sessions and orders apart (the choices stay the
 		// seed's).
 		r.tag += "-" + strconv.FormatInt(time.Now().Unix()%1_000_000, 36)
@@ -227,7 +258,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	rep, err = r.check(ctx)
 	rep.Elapsed = time.Since(start)
 	if err == nil && o.Inspect != nil {
-		err = o.Inspect(ctx, Inspection{SandboxURL: r.sb.BaseURL(), Schedule: r.sched, Recheck: func(ctx context.Context) (Findings, error) {
+		err = o.Inspect(ctx, Inspection{SandboxURL: r.sandboxURL, Schedule: r.sched, Recheck: func(ctx context.Context) (Findings, error) {
 			obs, err := r.observe(ctx)
 			if err != nil {
 				return Findings{}, err
@@ -239,8 +270,12 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 }
 
 // startStack starts the sandbox, then the stack without a worker on the data
-// directory, on a fixed frontend port so the server can be restarted there.
+// directory, on a fixed frontend port so the server can be restarted there;
+// on a Cluster it connects to what runs there instead.
 func (r *runner) startStack(ctx context.Context) error {
+	if c := r.o.Cluster; c != nil {
+		return r.connect(ctx, c)
+	}
 	var err error
 	if r.sb, err = sandbox.Start(ctx, sandbox.Options{Dir: filepath.Join(r.dir, "sandbox")}); err != nil {
 		return fmt.Errorf("chaos: start the sandbox: %w", err)
@@ -254,6 +289,53 @@ func (r *runner) startStack(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("chaos: start the stack: %w", err)
+	}
+	r.plans, r.ledger, r.sandboxURL, r.ledgerDSN, r.keysFile = r.st.Plans, r.st.Ledger, r.sb.BaseURL(), r.st.LedgerDSN, r.st.KeysFile
+	r.temporal = config.Temporal{Address: r.st.Server.FrontendAddr(), Namespace: r.st.Server.Namespace(), TaskQueue: workflows.TaskQueue}
+	return nil
+}
+
+// connect reaches the Cluster's Temporal, ledger and sandbox.
+func (r *runner) connect(ctx context.Context, c *Cluster) error {
+	if c.LedgerDSN == "" || c.SandboxURL == "" {
+		return errors.New("chaos: a run on a cluster needs its ledger (--ledger) and a running sandbox (--sandbox-url)")
+	}
+	t := c.Temporal
+	if t.TaskQueue == "" {
+		t.TaskQueue = workflows.TaskQueue
+	}
+	ring, _, err := t.Keyring()
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	opts, err := t.ClientOptions()
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	tc, err := client.Dial(opts)
+	if err != nil {
+		return fmt.Errorf("chaos: connect to Temporal at %s: %w", t.Address, err)
+	}
+	store, err := ledgerdb.Open(ctx, c.LedgerDSN)
+	if err != nil {
+		tc.Close()
+		return fmt.Errorf("chaos: open the ledger: %w", err)
+	}
+	r.closeConn = func() error { tc.Close(); return store.Close() }
+	tools, err := demotools.Registry(demotools.Config{})
+	if err != nil {
+		return err
+	}
+	r.plans = sagaclient.New(codec.DecodeMemos(tc, codec.New(ring)), sagaclient.Options{TaskQueue: t.TaskQueue, Catalog: tools})
+	r.ledger, r.sandboxURL, r.ledgerDSN, r.temporal = store, c.SandboxURL, c.LedgerDSN, t
+	r.admin = sandbox.NewClient(c.SandboxURL, nil)
+	if c.SandboxToken != "" {
+		r.admin = r.admin.WithToken(c.SandboxToken)
+	}
+	if ring != nil {
+		// The workers read the same keys: from the file, else the
+		// environment they inherit.
+		r.keysFile = t.CodecKeys
 	}
 	return nil
 }
@@ -274,13 +356,13 @@ func (r *runner) spawn(ctx context.Context) (*process, error) {
 	r.nextID++
 	id := r.nextID
 	r.mu.Unlock()
-	px, err := startProxy(id, r.sb.BaseURL(), r.wh)
+	px, err := startProxy(id, r.sandboxURL, r.wh)
 	if err != nil {
 		return nil, err
 	}
 	cfg := WorkerConfig{
-		TemporalAddr: r.st.Server.FrontendAddr(), Namespace: r.st.Server.Namespace(), TaskQueue: workflows.TaskQueue,
-		LedgerDSN: r.st.LedgerDSN, SandboxURL: px.URL(), KeysFile: r.st.KeysFile,
+		TemporalAddr: r.temporal.Address, Namespace: r.temporal.Namespace, TaskQueue: r.temporal.TaskQueue,
+		LedgerDSN: r.ledgerDSN, SandboxURL: px.URL(), KeysFile: r.keysFile, TLS: tlsEnv(r.temporal),
 	}
 	var last error
 	for attempt := 1; attempt <= 6; attempt++ {
@@ -378,6 +460,10 @@ func (r *runner) commitKills(ctx context.Context) error {
 // restart stops the embedded Temporal server and starts it again on the
 // same SQLite file and port.
 func (r *runner) restart(ctx context.Context) error {
+	if r.st == nil {
+		r.log.Info("chaos: on a cluster the server is not restarted (only this run's workers are killed)")
+		return nil
+	}
 	if err := r.st.Server.Stop(); err != nil {
 		return fmt.Errorf("chaos: stop the Temporal server: %w", err)
 	}
@@ -389,6 +475,7 @@ func (r *runner) restart(ctx context.Context) error {
 		})
 		if err == nil {
 			r.st.Server = srv
+			r.temporal.Address = srv.FrontendAddr()
 			r.mu.Lock()
 			r.rep.Restarts++
 			r.mu.Unlock()
@@ -529,7 +616,7 @@ func (r *runner) drive(ctx context.Context, ps *PlanSpec, done func()) {
 	res := make(chan result, 1)
 	go func() {
 		for {
-			s, err := r.st.Plans.Wait(wctx, id)
+			s, err := r.plans.Wait(wctx, id)
 			var wee *temporal.WorkflowExecutionError
 			if err == nil || errors.As(err, &wee) || wctx.Err() != nil {
 				res <- result{s, err}
@@ -560,7 +647,7 @@ func (r *runner) drive(ctx context.Context, ps *PlanSpec, done func()) {
 // away (a start is idempotent: the same plan attaches to its run).
 func (r *runner) startPlan(ctx context.Context, p plan.Plan) (string, error) {
 	for {
-		run, err := r.st.Plans.Start(ctx, p)
+		run, err := r.plans.Start(ctx, p)
 		if err == nil {
 			return run.RunID, nil
 		}
@@ -589,7 +676,7 @@ func (r *runner) early(ctx context.Context, ps *PlanSpec, runID string) {
 		if err != nil {
 			return
 		}
-		_, err = r.st.Plans.Approve(ctx, ps.Plan.WorkflowID(), workflows.ApproveSignal{
+		_, err = r.plans.Approve(ctx, ps.Plan.WorkflowID(), workflows.ApproveSignal{
 			Step: n, QuestionID: fmt.Sprintf("q1-step%d-approval", n), RunID: runID, Fingerprint: fp, By: "chaos-early", Approved: true, Reason: "sent before the question opened",
 		})
 		var rej *sagaclient.RejectedError
@@ -647,7 +734,7 @@ func (r *runner) operate(ctx context.Context) {
 			return
 		case <-time.After(700 * time.Millisecond):
 		}
-		escs, err := r.st.Plans.Escalations(ctx)
+		escs, err := r.plans.Escalations(ctx)
 		if err != nil {
 			continue
 		}
@@ -705,7 +792,7 @@ func (r *runner) answer(ctx context.Context, ps *PlanSpec, q workflows.Question)
 		}
 		ok := r.decide(actx, ps, func(by string) error {
 			a.By = by
-			_, err := r.st.Plans.Approve(actx, id, a)
+			_, err := r.plans.Approve(actx, id, a)
 			return err
 		})
 		if ok {
@@ -720,7 +807,7 @@ func (r *runner) answer(ctx context.Context, ps *PlanSpec, q workflows.Question)
 		s := workflows.ResolveSignal{Step: q.Step, QuestionID: q.ID, Outcome: outcome, ExternalID: ext, By: "chaos-operator", Note: "checked the provider"}
 		ok := r.decide(actx, ps, func(by string) error {
 			s.By = by
-			_, err := r.st.Plans.Resolve(actx, id, s)
+			_, err := r.plans.Resolve(actx, id, s)
 			return err
 		})
 		if ok {
@@ -738,7 +825,7 @@ func (r *runner) answer(ctx context.Context, ps *PlanSpec, q workflows.Question)
 		s := workflows.ResolveSignal{Step: q.Step, QuestionID: q.ID, Outcome: outcome, By: "chaos-operator", Note: "chaos run"}
 		ok := r.decide(actx, ps, func(by string) error {
 			s.By = by
-			_, err := r.st.Plans.Resolve(actx, id, s)
+			_, err := r.plans.Resolve(actx, id, s)
 			return err
 		})
 		if ok {
@@ -829,7 +916,7 @@ func allows(q workflows.Question, o workflows.Outcome) bool {
 func (r *runner) check(ctx context.Context) (Report, error) {
 	rep := r.rep
 	// The plans left waiting must be listed by escalations.
-	escs, err := r.st.Plans.Escalations(ctx)
+	escs, err := r.plans.Escalations(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("chaos: list escalations at the end: %w", err)
 	}
@@ -918,7 +1005,7 @@ func (r *runner) observe(ctx context.Context) (Observed, error) {
 
 // readRow reads the ledger row of key into rows, if there is one.
 func (r *runner) readRow(ctx context.Context, rows map[string]ledger.Operation, key string) error {
-	op, err := r.st.Ledger.Get(ctx, key)
+	op, err := r.ledger.Get(ctx, key)
 	switch {
 	case err == nil:
 		rows[key] = op
@@ -962,6 +1049,9 @@ func (r *runner) close() error {
 	}
 	if r.sb != nil {
 		errs = append(errs, r.sb.Close())
+	}
+	if r.closeConn != nil {
+		errs = append(errs, r.closeConn())
 	}
 	return errors.Join(errs...)
 }

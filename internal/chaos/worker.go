@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/agentsaga/agentsaga/codec"
+	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/redact"
@@ -35,6 +37,10 @@ type WorkerConfig struct {
 	// KeysFile is the payload keyring file ("" when the keys come from the
 	// environment, which the process inherits).
 	KeysFile string
+	// TLS is how the worker reaches a cluster of its own (Options.Cluster):
+	// TEMPORAL_TLS* and TEMPORAL_API_KEY as the worker reads them; empty for
+	// the embedded server.
+	TLS []string
 }
 
 // Environment of a worker process started by WorkerEnv and read by
@@ -60,6 +66,26 @@ func WorkerEnv(cfg WorkerConfig) []string {
 	if cfg.KeysFile != "" {
 		env = append(env, codec.EnvKeysFile+"="+cfg.KeysFile)
 	}
+	return append(env, cfg.TLS...)
+}
+
+// tlsEnv is t's TLS and API key as the environment a worker process reads
+// them from (config.Temporal's variables).
+func tlsEnv(t config.Temporal) []string {
+	var env []string
+	add := func(name, v string) {
+		if v != "" {
+			env = append(env, name+"="+v)
+		}
+	}
+	if t.TLS {
+		add(config.EnvTLS, "true")
+	}
+	add(config.EnvTLSCert, t.TLSCert)
+	add(config.EnvTLSKey, t.TLSKey)
+	add(config.EnvTLSCA, t.TLSCA)
+	add(config.EnvTLSServer, t.TLSServer)
+	add(config.EnvAPIKey, t.APIKeyValue())
 	return env
 }
 
@@ -92,7 +118,16 @@ func RunWorker(ctx context.Context, stdin io.Reader, out, errOut io.Writer) int 
 	if err != nil || ring == nil {
 		return fail("payload keys: %v (set %s or %s)", err, codec.EnvKeysFile, codec.EnvKeys)
 	}
-	opts := client.Options{HostPort: os.Getenv(EnvTemporal), Namespace: os.Getenv(EnvNamespace), Logger: sdklog.NewStructuredLogger(log)}
+	// TLS and an API key come from the environment, as the worker reads
+	// them (Options.Cluster passes them on).
+	var t config.Temporal
+	t.Register(flag.NewFlagSet("chaos-worker", flag.ContinueOnError))
+	t.Address, t.Namespace, t.CodecKeys = os.Getenv(EnvTemporal), os.Getenv(EnvNamespace), ""
+	opts, err := t.ClientOptions()
+	if err != nil {
+		return fail("Temporal options: %v", err)
+	}
+	opts.Logger = sdklog.NewStructuredLogger(log)
 	codec.ClientOptions(&opts, ring)
 	c, err := client.Dial(opts)
 	if err != nil {
