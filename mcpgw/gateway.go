@@ -66,6 +66,24 @@
 // "agentsaga/operation_key". A call that waits for a person returns state
 // "waiting" (isError false) with the question and its card; calling again
 // the same way later returns the final result.
+//
+// # Time bounds
+//
+// A call without a progressToken answers within Options.CallTimeout
+// (DefaultCallTimeout, 45 s: below the 60 s default request timeout of the
+// official TypeScript and Python SDK clients): its result, "waiting" at once
+// when the turn waits for a person, or "no answer yet" (call again the same
+// way). A call whose request carries a progressToken stays open while its
+// turn runs and then while it waits for a person, up to Options.PersonWait
+// (DefaultPersonWait, 10 minutes), and is sent notifications/progress every
+// Options.ProgressInterval (DefaultProgressInterval, 10 s) and at once when
+// it starts waiting; it answers with the final result when the person
+// decides within that time, else with "waiting". A client that sends a
+// progressToken should reset its timeout on progress (TypeScript SDK:
+// callTool's options onprogress and resetTimeoutOnProgress: true), or its
+// own timeout ends the call first (the turn goes on; a repeat reads it).
+// While a call waits for a person it lets go of its session's queue: the
+// session's other calls are answered meanwhile.
 package mcpgw
 
 import (
@@ -98,8 +116,21 @@ const (
 	// DefaultDuplicateWindow is how long an identical write without a key
 	// counts as a suspected duplicate.
 	DefaultDuplicateWindow = 10 * time.Minute
-	// DefaultCallTimeout bounds how long one tools/call waits for its turn.
-	DefaultCallTimeout = 2 * time.Minute
+	// DefaultCallTimeout bounds how long one tools/call without a
+	// progressToken waits for its turn: below the 60 s default request
+	// timeout of the official TypeScript and Python SDK clients, so such a
+	// client gets an answer ("no answer yet: call again the same way")
+	// rather than a timeout of its own.
+	DefaultCallTimeout = 45 * time.Second
+	// DefaultProgressInterval is how often a call whose request carries a
+	// progressToken is sent notifications/progress while its turn runs or
+	// waits for a person: well below the 60 s default request timeout, so
+	// a client that resets its timeout on progress (TypeScript SDK:
+	// resetTimeoutOnProgress: true) never times out.
+	DefaultProgressInterval = 10 * time.Second
+	// DefaultPersonWait bounds how long a call whose request carries a
+	// progressToken stays open, its turn running or waiting for a person.
+	DefaultPersonWait = 10 * time.Minute
 )
 
 // Plans is what the gateway needs of the saga; *sagaclient.Client is one.
@@ -117,10 +148,23 @@ type Options struct {
 	// as a suspected duplicate (see the package documentation). Zero means
 	// DefaultDuplicateWindow.
 	DuplicateWindow time.Duration
-	// CallTimeout bounds how long a call waits for its turn to finish or
-	// to wait for a person; after it the call answers "no answer yet" and
-	// repeating it reads the turn. Zero means DefaultCallTimeout.
+	// CallTimeout bounds how long a call without a progressToken waits for
+	// its turn to finish or to wait for a person; after it the call answers
+	// "no answer yet" and repeating it reads the turn. A turn that waits
+	// for a person is answered at once ("waiting"). Zero means
+	// DefaultCallTimeout.
 	CallTimeout time.Duration
+	// ProgressInterval is how often a call whose request carries a
+	// progressToken is sent notifications/progress while it is open. Zero
+	// means DefaultProgressInterval.
+	ProgressInterval time.Duration
+	// PersonWait bounds how long a call whose request carries a
+	// progressToken stays open: its turn running, then waiting for a
+	// person, whose decision it answers with the final result. After it
+	// the call answers with the turn's state then ("waiting", or "no
+	// answer yet"), and repeating the call reads the turn. Zero means
+	// DefaultPersonWait.
+	PersonWait time.Duration
 	// Session configures the sessions the gateway starts (RequestedBy names
 	// the agent, so its own approval is refused: four eyes).
 	Session sagaclient.SessionOptions
@@ -224,8 +268,9 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 	if plans == nil || tools == nil {
 		return nil, errors.New("mcpgw: plans and tools are required: pass a *sagaclient.Client and the worker's tool registry")
 	}
-	if o.DuplicateWindow < 0 || o.CallTimeout < 0 {
-		return nil, fmt.Errorf("mcpgw: duplicate window %s and call timeout %s must not be negative: use 0 for the defaults", o.DuplicateWindow, o.CallTimeout)
+	if o.DuplicateWindow < 0 || o.CallTimeout < 0 || o.ProgressInterval < 0 || o.PersonWait < 0 {
+		return nil, fmt.Errorf("mcpgw: duplicate window %s, call timeout %s, progress interval %s and person wait %s must not be negative: use 0 for the defaults",
+			o.DuplicateWindow, o.CallTimeout, o.ProgressInterval, o.PersonWait)
 	}
 	if err := o.Limits.Check(); err != nil {
 		return nil, fmt.Errorf("mcpgw: %w", err)
@@ -235,6 +280,12 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 	}
 	if o.CallTimeout == 0 {
 		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.ProgressInterval == 0 {
+		o.ProgressInterval = DefaultProgressInterval
+	}
+	if o.PersonWait == 0 {
+		o.PersonWait = DefaultPersonWait
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -378,6 +429,11 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 		return refusal(out, err.Error())
 	}
 	out.Session = g.sessionOf(req.Session, meta.session)
+	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+		var stop func()
+		ctx, stop = g.progress(ctx, req.Session, tok)
+		defer stop()
+	}
 	args, problems := g.checkArgs(spec, req.Params.Arguments)
 	if problems != "" {
 		return refusal(out, problems)
@@ -445,10 +501,11 @@ func clone(r *mcp.CallToolResult) *mcp.CallToolResult {
 func (g *gateway) run(ctx context.Context, st *sessionState, spec tool.Spec, meta callMeta, id string, out Result, step plan.Step) *mcp.CallToolResult {
 	select {
 	case st.lock <- struct{}{}:
-		defer func() { <-st.lock }()
 	case <-ctx.Done():
 		return nil
 	}
+	lk := &sessionLock{st: st, held: true}
+	defer lk.unlock()
 	now := g.o.Now()
 	write := spec.Class.IsWrite()
 	prev := st.writes[id]
@@ -480,7 +537,7 @@ func (g *gateway) run(ctx context.Context, st *sessionState, spec tool.Spec, met
 		// read that turn again under its own key.
 		out.Turn, rec = prev.turn, prev
 	case write && prev != nil && prev.given == workflows.TurnSucceeded:
-		return g.hold(ctx, st, id, out, prev, step, now)
+		return g.hold(ctx, lk, id, out, prev, step, now)
 	default:
 		if err := g.load(ctx, out.Session, st); err != nil {
 			return refusal(out, err.Error())
@@ -497,6 +554,14 @@ func (g *gateway) run(ctx context.Context, st *sessionState, spec tool.Spec, met
 	out.Key = plan.Key(out.Session, out.Turn, 1, spec.Name)
 
 	res, err := g.send(ctx, out.Session, out.Turn, meta.key, step)
+	if err == nil {
+		var ok bool
+		if res, ok = g.await(ctx, lk, out.Session, out.Turn, meta.key, step, res); !ok {
+			// The client went away while a person decided: it is not
+			// given this result, so it is not noted as given.
+			return render(fill(out, res))
+		}
+	}
 	if err != nil {
 		if rec != nil && rec != prev && refused(err) {
 			// The session refused the turn: nothing ran, so this call is
@@ -524,8 +589,12 @@ const runningPoll = 200 * time.Millisecond
 // is read again until it finishes or waits, within the timeout, so the
 // caller gets its result rather than "running".
 func (g *gateway) send(ctx context.Context, session string, turn int, key string, step plan.Step) (workflows.TurnResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.o.CallTimeout)
-	defer cancel()
+	if progressOf(ctx) == nil {
+		// A call with progress is bounded by PersonWait (see progress).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.o.CallTimeout)
+		defer cancel()
+	}
 	t := workflows.TurnRequest{Turn: turn, RequestID: key, Steps: []plan.Step{step}}
 	for {
 		res, err := g.plans.Turn(ctx, session, t, g.o.Session)
@@ -546,7 +615,8 @@ func (g *gateway) send(ctx context.Context, session string, turn int, key string
 // reads that same turn again, also after the person decided (a rejection
 // stands). An approved second effect becomes the call to compare later ones
 // with.
-func (g *gateway) hold(ctx context.Context, st *sessionState, id string, out Result, prev *record, step plan.Step, now time.Time) *mcp.CallToolResult {
+func (g *gateway) hold(ctx context.Context, lk *sessionLock, id string, out Result, prev *record, step plan.Step, now time.Time) *mcp.CallToolResult {
+	st := lk.st
 	earlier := plan.Key(out.Session, prev.turn, 1, out.Tool)
 	h := &Held{Reason: "suspected_duplicate", Turn: prev.turn, Key: earlier, At: prev.at.UTC(),
 		Window: g.o.DuplicateWindow.String(), HeldUntil: prev.delivered.Add(g.o.DuplicateWindow).UTC(), EarlierState: prev.given}
@@ -565,6 +635,14 @@ func (g *gateway) hold(ctx context.Context, st *sessionState, id string, out Res
 	out.Turn = rec.turn
 	out.Key = plan.Key(out.Session, rec.turn, 1, out.Tool)
 	res, err := g.send(ctx, out.Session, rec.turn, "", rec.step)
+	if err == nil {
+		var ok bool
+		if res, ok = g.await(ctx, lk, out.Session, rec.turn, "", rec.step, res); !ok {
+			out = fill(out, res)
+			out.Held = h
+			return render(out)
+		}
+	}
 	if err != nil {
 		if refused(err) && rec.given == "" {
 			prev.held = nil // the session refused the held turn: nothing was held
