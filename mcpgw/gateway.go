@@ -95,7 +95,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -688,16 +687,6 @@ func (g *gateway) checkArgs(spec tool.Spec, raw json.RawMessage) (json.RawMessag
 		msg += " " + p.Error() + ";"
 	}
 	return nil, msg[:len(msg)-1]
-}
-
-// Handler returns the streamable HTTP handler of an MCP server made by New
-// (one MCP session per Mcp-Session-Id; sessions are kept while the process
-// runs, so a call that waits for a person can be repeated in its session).
-// The SDK refuses requests to a loopback listener whose Host header is not
-// a loopback name (DNS rebinding). The handler has no authentication: serve
-// it on loopback, or behind a proxy that authenticates.
-func Handler(s *mcp.Server) http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
 }
 
 // refused reports whether the session refused a turn (its validator: a
