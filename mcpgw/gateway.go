@@ -188,6 +188,10 @@ type gateway struct {
 	mu     sync.Mutex
 	byConn map[*mcp.ServerSession]string // minted session of a connection without an ID
 	states map[string]*sessionState
+	// watched are the MCP sessions whose AgentSession ends when they
+	// close (see watch); ends counts the ends in progress.
+	watched map[*mcp.ServerSession]bool
+	ends    sync.WaitGroup
 }
 
 // sessionState is what the gateway keeps of one AgentSession.
@@ -294,7 +298,7 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 	}
 	o.Limits = o.Limits.WithDefaults()
 	g := &gateway{plans: plans, specs: tools.Specs(), o: o, log: o.Logger,
-		byConn: map[*mcp.ServerSession]string{}, states: map[string]*sessionState{}}
+		byConn: map[*mcp.ServerSession]string{}, states: map[string]*sessionState{}, watched: map[*mcp.ServerSession]bool{}}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -304,6 +308,7 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 			"is answered from the first call, and one repeated within " + o.DuplicateWindow.String() +
 			" after you were given its success is held as a suspected duplicate. A call that waits for a person says so; call it again the same way later for its result.",
 	})
+	servers.Store(s, g)
 	for _, name := range tools.Names() {
 		spec := g.specs[name]
 		if spec.Reversal {
@@ -328,19 +333,22 @@ func (g *gateway) sessionOf(ss *mcp.ServerSession, explicit string) string {
 	if explicit != "" {
 		return explicit
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if ss != nil {
 		if id := ss.ID(); id != "" {
 			sum := sha256.Sum256([]byte(id))
-			return "mcp-" + hex.EncodeToString(sum[:16])
+			session := "mcp-" + hex.EncodeToString(sum[:16])
+			g.watch(ss, session)
+			return session
 		}
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	if id, ok := g.byConn[ss]; ok {
 		return id
 	}
 	id := "mcp-" + uuid.NewString()
 	if ss != nil {
+		g.watch(ss, id)
 		g.byConn[ss] = id
 		go func() {
 			_ = ss.Wait()

@@ -109,6 +109,9 @@ func serveMCP(ctx context.Context, plans mcpgw.Plans, tools *tool.Registry, m mc
 	}
 	if m.stdio {
 		err := srv.Run(ctx, mcpgw.NewStdioTransport(stdin, out))
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = mcpgw.Settle(sctx, srv) // the connection's AgentSession ends before the process does
 		if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("mcp over stdio: %w", err)
 		}
