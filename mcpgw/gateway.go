@@ -96,6 +96,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -723,11 +724,43 @@ func refusalText(err error) string {
 	return err.Error()
 }
 
+// blockedByQuestion is in the session's refusal of a new turn while an
+// earlier one waits for a person.
+const blockedByQuestion = "is still running (see its open question)"
+
+// blockingQuestion words the refusal of a call while an earlier turn of
+// the session waits for a person: which question blocks it and who
+// answers it (the session's words say "running").
+func (g *gateway) blockingQuestion(session, text string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wf := workflows.SessionWorkflowID(session)
+	st, err := g.plans.Status(ctx, wf)
+	if err != nil || len(st.Questions) == 0 {
+		return text
+	}
+	q := st.Questions[0]
+	cmd := "starter approve " + wf + " --step " + fmt.Sprint(q.Step) + " (or --reject)"
+	if q.Kind != workflows.QuestionApproval {
+		cmd = "starter resolve " + wf + " --step " + fmt.Sprint(q.Step) + " --outcome ..."
+	}
+	return fmt.Sprintf("an earlier call of this session WAITS FOR A PERSON: question %s (%s) on step %d, %s (operation key %s); "+
+		"the session takes no new call until a person decides (`%s`); then call again, or send this call with another %q",
+		q.ID, q.Kind, q.Step, clipText(q.Card.Change), q.Key, cmd, MetaSession)
+}
+
+// clipText clips a card's text for a message.
+func clipText(s string) string { return tool.Clip(s, 120) }
+
 // failure answers a call whose turn was refused or not answered.
 func (g *gateway) failure(out Result, err error) *mcp.CallToolResult {
 	g.log.Warn("mcp: call not answered", "tool", out.Tool, "session", out.Session, "turn", out.Turn, "key", out.Key, "refused", refused(err), "error", err)
 	if refused(err) {
-		return refusal(out, fmt.Sprintf("the session refused turn %d (%s): nothing was run. %s", out.Turn, out.Key, refusalText(err)))
+		text := refusalText(err)
+		if strings.Contains(text, blockedByQuestion) {
+			text = g.blockingQuestion(out.Session, text)
+		}
+		return refusal(out, fmt.Sprintf("the session refused turn %d (%s): nothing was run. %s", out.Turn, out.Key, text))
 	}
 	out.State, out.Error = StateNoAnswer, err.Error()
 	out.Message = fmt.Sprintf("NO ANSWER YET: turn %d (key %s) of session %s got no answer (%v). It may be running or may not have started. "+

@@ -133,3 +133,22 @@ func TestMCPCallWithProgressAnswersWaitingAfterPersonWait(t *testing.T) {
 	require.Equal(t, sent+1, f.sent, "a call without a progressToken reads the turn once and answers")
 	f.mu.Unlock()
 }
+
+// A call refused because an earlier call of the session waits for a person
+// is told which question blocks it and who answers it, not "running".
+func TestMCPRefusalNamesTheBlockingQuestion(t *testing.T) {
+	f, c := newFake(), &clock{t: time.Unix(1_800_000_000, 0)}
+	cs := connect(t, f, c)
+	_, w := call(t, cs, demotools.ApplyRefund, refund("ord_b", 60000), nil)
+	require.Equal(t, workflows.TurnWaiting, w.State)
+	f.mu.Lock()
+	f.busy = true // the session refuses new turns, as it does while one waits
+	f.mu.Unlock()
+	res, r := call(t, cs, demotools.QueryOrder, map[string]any{"order_id": "ord_b"}, nil)
+	require.True(t, res.IsError)
+	require.Equal(t, mcpgw.StateRefused, r.State)
+	require.Contains(t, r.Message, "WAITS FOR A PERSON: question q1-step1-approval (approval) on step 1")
+	require.Contains(t, r.Message, w.Key)
+	require.Contains(t, r.Message, "starter approve agent-session:"+w.Session+" --step 1")
+	require.NotContains(t, r.Message, "still running")
+}
