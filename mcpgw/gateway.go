@@ -316,11 +316,12 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 			continue
 		}
 		s.AddTool(&mcp.Tool{
-			Name:        spec.Name,
-			Description: description(spec),
-			InputSchema: InputSchema(spec, o.Limits),
-			Annotations: Annotations(spec.Class),
-			Meta:        mcp.Meta{"agentsaga/class": string(spec.Class), "agentsaga/compensable": spec.Compensable()},
+			Name:         spec.Name,
+			Description:  description(spec),
+			InputSchema:  InputSchema(spec, o.Limits),
+			OutputSchema: OutputSchema(),
+			Annotations:  Annotations(spec.Class),
+			Meta:         mcp.Meta{"agentsaga/class": string(spec.Class), "agentsaga/compensable": spec.Compensable()},
 		}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return g.call(ctx, spec, req), nil
 		})

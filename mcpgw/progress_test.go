@@ -152,3 +152,35 @@ func TestMCPRefusalNamesTheBlockingQuestion(t *testing.T) {
 	require.Contains(t, r.Message, "starter approve agent-session:"+w.Session+" --step 1")
 	require.NotContains(t, r.Message, "still running")
 }
+
+// Every tool has an output schema its results conform to, annotations
+// true to its class, and a description without the class's name.
+func TestMCPToolsHaveOutputSchemaAndPlainDescriptions(t *testing.T) {
+	f, c := newFake(), &clock{t: time.Unix(1_800_000_000, 0)}
+	cs := connect(t, f, c)
+	tools := map[string]*mcp.Tool{}
+	for tl, err := range cs.Tools(t.Context(), nil) {
+		require.NoError(t, err)
+		tools[tl.Name] = tl
+	}
+	for name, tl := range tools {
+		schema, ok := tl.OutputSchema.(map[string]any)
+		require.True(t, ok, "%s has an output schema", name)
+		require.Equal(t, "object", schema["type"])
+		for _, class := range []string{"READ", "IDEMPOTENT_WRITE", "CONDITIONAL_WRITE", "NON_IDEMPOTENT_WRITE", "side-effect class"} {
+			require.NotContains(t, tl.Description, class, "%s: no internal words in the description", name)
+		}
+	}
+	ticket := tools[demotools.CreateTicket]
+	require.NotNil(t, ticket)
+	require.True(t, ticket.Annotations.IdempotentHint)
+	require.False(t, *ticket.Annotations.DestructiveHint, "a conditional write is not destructive")
+	// The results conform: the official client checks structuredContent
+	// against the output schema and refuses a result that does not.
+	_, r := call(t, cs, demotools.QueryOrder, map[string]any{"order_id": "ord_s"}, nil)
+	require.Equal(t, workflows.TurnSucceeded, r.State)
+	_, w := call(t, cs, demotools.ApplyRefund, refund("ord_s", 60000), nil)
+	require.Equal(t, workflows.TurnWaiting, w.State)
+	_, bad := call(t, cs, demotools.ApplyRefund, map[string]any{"order_id": 7}, nil)
+	require.Equal(t, mcpgw.StateRefused, bad.State)
+}
