@@ -87,10 +87,10 @@ func TestMCPHandlerChecksOrigin(t *testing.T) {
 }
 
 // 2,000 initialize calls: the sessions held stay at the limit (the rest
-// are refused, saying why), and idle ones end, so memory stays bounded.
+// are refused, saying why), so memory stays bounded.
 func TestMCPHandlerBoundsSessions(t *testing.T) {
 	srv := newServer(t)
-	h, err := mcpgw.NewHandler(srv, mcpgw.HandlerOptions{MaxSessions: 200, SessionIdle: 2 * time.Second})
+	h, err := mcpgw.NewHandler(srv, mcpgw.HandlerOptions{MaxSessions: 200, SessionIdle: time.Hour})
 	require.NoError(t, err)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
@@ -118,8 +118,21 @@ func TestMCPHandlerBoundsSessions(t *testing.T) {
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	require.Less(t, int64(after.HeapAlloc)-int64(before.HeapAlloc), int64(64<<20), "the heap grew by %d bytes", int64(after.HeapAlloc)-int64(before.HeapAlloc))
-	// Idle sessions end after SessionIdle; then new ones are let in.
-	require.Eventually(t, func() bool { return count(srv) == 0 }, 30*time.Second, 50*time.Millisecond, "idle sessions end")
+}
+
+// Sessions without a request for SessionIdle end; then new ones are let
+// in.
+func TestMCPHandlerEndsIdleSessions(t *testing.T) {
+	srv := newServer(t)
+	h, err := mcpgw.NewHandler(srv, mcpgw.HandlerOptions{MaxSessions: 5, SessionIdle: 200 * time.Millisecond})
+	require.NoError(t, err)
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	for range 5 {
+		code, body, _ := post(t, hs.URL, initialize, nil)
+		require.Equal(t, http.StatusOK, code, body)
+	}
+	require.Eventually(t, func() bool { return count(srv) == 0 }, 30*time.Second, 20*time.Millisecond, "idle sessions end")
 	code, body, _ := post(t, hs.URL, initialize, nil)
 	require.Equal(t, http.StatusOK, code, body)
 }
