@@ -178,3 +178,17 @@ func TestMCPStdioAnswersAMalformedLineAndGoesOn(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// Streams carry event ids, so a client that lost one can resume it with
+// Last-Event-ID; EventStoreBytes < 0 turns that off.
+func TestMCPHandlerStreamsAreResumable(t *testing.T) {
+	for bytes, ids := range map[int]bool{0: true, -1: false} {
+		h, err := mcpgw.NewHandler(newServer(t), mcpgw.HandlerOptions{EventStoreBytes: bytes})
+		require.NoError(t, err)
+		hs := httptest.NewServer(h)
+		code, body, _ := post(t, hs.URL, initialize, nil)
+		hs.Close()
+		require.Equal(t, http.StatusOK, code, body)
+		require.Equal(t, ids, strings.Contains(body, "\nid: "), "event store bytes %d: %q", bytes, body)
+	}
+}
