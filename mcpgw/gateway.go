@@ -307,7 +307,9 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 		Instructions: "Every tool call runs once per intent: a call resent with the same _meta \"agentsaga/key\" (a string you keep " +
 			"for the call) is answered from its first run. Without a key, an identical write repeated before you were given its final result " +
 			"is answered from the first call, and one repeated within " + o.DuplicateWindow.String() +
-			" after you were given its success is held as a suspected duplicate. A call that waits for a person says so; call it again the same way later for its result.",
+			" after you were given its success is held as a suspected duplicate. A call that waits for a person says so; call it again the same way later for its result. " +
+			"A call sent with a progressToken stays open until the person decides (at most " + o.PersonWait.String() + "), with progress notifications every " +
+			o.ProgressInterval.String() + ": reset your request timeout on progress.",
 	})
 	servers.Store(s, g)
 	for _, name := range tools.Names() {
