@@ -311,7 +311,7 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 			"A call sent with a progressToken stays open until the person decides (at most " + o.PersonWait.String() + "), with progress notifications every " +
 			o.ProgressInterval.String() + ": reset your request timeout on progress.",
 	})
-	servers.Store(s, g)
+	register(s, g)
 	for _, name := range tools.Names() {
 		spec := g.specs[name]
 		if spec.Reversal {

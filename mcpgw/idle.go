@@ -3,8 +3,10 @@ package mcpgw
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.temporal.io/api/serviceerror"
@@ -34,14 +36,22 @@ const EndedBy = "mcp-gateway"
 // endTimeout bounds ending one AgentSession.
 const endTimeout = 30 * time.Second
 
-// servers maps each server made by New to its gateway, for Settle.
-var servers sync.Map // *mcp.Server -> *gateway
+// servers maps each server made by New (weakly: a server no longer used is
+// dropped) to its gateway, for Settle.
+var servers sync.Map // weak.Pointer[mcp.Server] -> *gateway
+
+// register notes g as the gateway of s.
+func register(s *mcp.Server, g *gateway) {
+	k := weak.Make(s)
+	servers.Store(k, g)
+	runtime.AddCleanup(s, func(k weak.Pointer[mcp.Server]) { servers.Delete(k) }, k)
+}
 
 // Settle waits until the gateway of s (made by New) has ended the
 // AgentSessions of the MCP sessions that closed, or ctx ends. Call it after
 // (*mcp.Server).Run returns over stdio, before the process exits.
 func Settle(ctx context.Context, s *mcp.Server) error {
-	v, ok := servers.Load(s)
+	v, ok := servers.Load(weak.Make(s))
 	if !ok {
 		return errors.New("mcpgw: Settle needs a server made by mcpgw.New")
 	}
