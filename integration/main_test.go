@@ -39,10 +39,14 @@ const (
 )
 
 // TestMain runs the tests, or, when envWorker is set, a worker process for
-// TestWorkerDiedAfterTheExternalCall; it closes the shared stack at the end.
+// TestWorkerDiedAfterTheExternalCall, or, when envMCPStdio is set, the MCP
+// gateway over stdio for TestMCPTypeScriptClientOverBothTransports; it closes the shared stack at the end.
 func TestMain(m *testing.M) {
 	if os.Getenv(envWorker) != "" {
 		os.Exit(runWorkerProcess())
+	}
+	if os.Getenv(envMCPStdio) != "" {
+		os.Exit(runMCPStdioProcess())
 	}
 	// One keyring for every stack of this binary and its worker processes
 	// (they inherit the environment): payloads are encrypted end to end.

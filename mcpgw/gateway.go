@@ -66,6 +66,24 @@
 // "agentsaga/operation_key". A call that waits for a person returns state
 // "waiting" (isError false) with the question and its card; calling again
 // the same way later returns the final result.
+//
+// # Time bounds
+//
+// A call without a progressToken answers within Options.CallTimeout
+// (DefaultCallTimeout, 45 s: below the 60 s default request timeout of the
+// official TypeScript and Python SDK clients): its result, "waiting" at once
+// when the turn waits for a person, or "no answer yet" (call again the same
+// way). A call whose request carries a progressToken stays open while its
+// turn runs and then while it waits for a person, up to Options.PersonWait
+// (DefaultPersonWait, 10 minutes), and is sent notifications/progress every
+// Options.ProgressInterval (DefaultProgressInterval, 10 s) and at once when
+// it starts waiting; it answers with the final result when the person
+// decides within that time, else with "waiting". A client that sends a
+// progressToken should reset its timeout on progress (TypeScript SDK:
+// callTool's options onprogress and resetTimeoutOnProgress: true), or its
+// own timeout ends the call first (the turn goes on; a repeat reads it).
+// While a call waits for a person it lets go of its session's queue: the
+// session's other calls are answered meanwhile.
 package mcpgw
 
 import (
@@ -77,8 +95,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -98,8 +116,21 @@ const (
 	// DefaultDuplicateWindow is how long an identical write without a key
 	// counts as a suspected duplicate.
 	DefaultDuplicateWindow = 10 * time.Minute
-	// DefaultCallTimeout bounds how long one tools/call waits for its turn.
-	DefaultCallTimeout = 2 * time.Minute
+	// DefaultCallTimeout bounds how long one tools/call without a
+	// progressToken waits for its turn: below the 60 s default request
+	// timeout of the official TypeScript and Python SDK clients, so such a
+	// client gets an answer ("no answer yet: call again the same way")
+	// rather than a timeout of its own.
+	DefaultCallTimeout = 45 * time.Second
+	// DefaultProgressInterval is how often a call whose request carries a
+	// progressToken is sent notifications/progress while its turn runs or
+	// waits for a person: well below the 60 s default request timeout, so
+	// a client that resets its timeout on progress (TypeScript SDK:
+	// resetTimeoutOnProgress: true) never times out.
+	DefaultProgressInterval = 10 * time.Second
+	// DefaultPersonWait bounds how long a call whose request carries a
+	// progressToken stays open, its turn running or waiting for a person.
+	DefaultPersonWait = 10 * time.Minute
 )
 
 // Plans is what the gateway needs of the saga; *sagaclient.Client is one.
@@ -117,10 +148,23 @@ type Options struct {
 	// as a suspected duplicate (see the package documentation). Zero means
 	// DefaultDuplicateWindow.
 	DuplicateWindow time.Duration
-	// CallTimeout bounds how long a call waits for its turn to finish or
-	// to wait for a person; after it the call answers "no answer yet" and
-	// repeating it reads the turn. Zero means DefaultCallTimeout.
+	// CallTimeout bounds how long a call without a progressToken waits for
+	// its turn to finish or to wait for a person; after it the call answers
+	// "no answer yet" and repeating it reads the turn. A turn that waits
+	// for a person is answered at once ("waiting"). Zero means
+	// DefaultCallTimeout.
 	CallTimeout time.Duration
+	// ProgressInterval is how often a call whose request carries a
+	// progressToken is sent notifications/progress while it is open. Zero
+	// means DefaultProgressInterval.
+	ProgressInterval time.Duration
+	// PersonWait bounds how long a call whose request carries a
+	// progressToken stays open: its turn running, then waiting for a
+	// person, whose decision it answers with the final result. After it
+	// the call answers with the turn's state then ("waiting", or "no
+	// answer yet"), and repeating the call reads the turn. Zero means
+	// DefaultPersonWait.
+	PersonWait time.Duration
 	// Session configures the sessions the gateway starts (RequestedBy names
 	// the agent, so its own approval is refused: four eyes).
 	Session sagaclient.SessionOptions
@@ -145,6 +189,10 @@ type gateway struct {
 	mu     sync.Mutex
 	byConn map[*mcp.ServerSession]string // minted session of a connection without an ID
 	states map[string]*sessionState
+	// watched are the MCP sessions whose AgentSession ends when they
+	// close (see watch); ends counts the ends in progress.
+	watched map[*mcp.ServerSession]bool
+	ends    sync.WaitGroup
 }
 
 // sessionState is what the gateway keeps of one AgentSession.
@@ -224,8 +272,9 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 	if plans == nil || tools == nil {
 		return nil, errors.New("mcpgw: plans and tools are required: pass a *sagaclient.Client and the worker's tool registry")
 	}
-	if o.DuplicateWindow < 0 || o.CallTimeout < 0 {
-		return nil, fmt.Errorf("mcpgw: duplicate window %s and call timeout %s must not be negative: use 0 for the defaults", o.DuplicateWindow, o.CallTimeout)
+	if o.DuplicateWindow < 0 || o.CallTimeout < 0 || o.ProgressInterval < 0 || o.PersonWait < 0 {
+		return nil, fmt.Errorf("mcpgw: duplicate window %s, call timeout %s, progress interval %s and person wait %s must not be negative: use 0 for the defaults",
+			o.DuplicateWindow, o.CallTimeout, o.ProgressInterval, o.PersonWait)
 	}
 	if err := o.Limits.Check(); err != nil {
 		return nil, fmt.Errorf("mcpgw: %w", err)
@@ -236,6 +285,12 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 	if o.CallTimeout == 0 {
 		o.CallTimeout = DefaultCallTimeout
 	}
+	if o.ProgressInterval == 0 {
+		o.ProgressInterval = DefaultProgressInterval
+	}
+	if o.PersonWait == 0 {
+		o.PersonWait = DefaultPersonWait
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -244,7 +299,7 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 	}
 	o.Limits = o.Limits.WithDefaults()
 	g := &gateway{plans: plans, specs: tools.Specs(), o: o, log: o.Logger,
-		byConn: map[*mcp.ServerSession]string{}, states: map[string]*sessionState{}}
+		byConn: map[*mcp.ServerSession]string{}, states: map[string]*sessionState{}, watched: map[*mcp.ServerSession]bool{}}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -252,19 +307,23 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 		Instructions: "Every tool call runs once per intent: a call resent with the same _meta \"agentsaga/key\" (a string you keep " +
 			"for the call) is answered from its first run. Without a key, an identical write repeated before you were given its final result " +
 			"is answered from the first call, and one repeated within " + o.DuplicateWindow.String() +
-			" after you were given its success is held as a suspected duplicate. A call that waits for a person says so; call it again the same way later for its result.",
+			" after you were given its success is held as a suspected duplicate. A call that waits for a person says so; call it again the same way later for its result. " +
+			"A call sent with a progressToken stays open until the person decides (at most " + o.PersonWait.String() + "), with progress notifications every " +
+			o.ProgressInterval.String() + ": reset your request timeout on progress.",
 	})
+	register(s, g)
 	for _, name := range tools.Names() {
 		spec := g.specs[name]
 		if spec.Reversal {
 			continue
 		}
 		s.AddTool(&mcp.Tool{
-			Name:        spec.Name,
-			Description: description(spec),
-			InputSchema: InputSchema(spec, o.Limits),
-			Annotations: Annotations(spec.Class),
-			Meta:        mcp.Meta{"agentsaga/class": string(spec.Class), "agentsaga/compensable": spec.Compensable()},
+			Name:         spec.Name,
+			Description:  description(spec),
+			InputSchema:  InputSchema(spec, o.Limits),
+			OutputSchema: OutputSchema(),
+			Annotations:  Annotations(spec.Class),
+			Meta:         mcp.Meta{"agentsaga/class": string(spec.Class), "agentsaga/compensable": spec.Compensable()},
 		}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return g.call(ctx, spec, req), nil
 		})
@@ -278,19 +337,22 @@ func (g *gateway) sessionOf(ss *mcp.ServerSession, explicit string) string {
 	if explicit != "" {
 		return explicit
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if ss != nil {
 		if id := ss.ID(); id != "" {
 			sum := sha256.Sum256([]byte(id))
-			return "mcp-" + hex.EncodeToString(sum[:16])
+			session := "mcp-" + hex.EncodeToString(sum[:16])
+			g.watch(ss, session)
+			return session
 		}
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	if id, ok := g.byConn[ss]; ok {
 		return id
 	}
 	id := "mcp-" + uuid.NewString()
 	if ss != nil {
+		g.watch(ss, id)
 		g.byConn[ss] = id
 		go func() {
 			_ = ss.Wait()
@@ -378,6 +440,11 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 		return refusal(out, err.Error())
 	}
 	out.Session = g.sessionOf(req.Session, meta.session)
+	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+		var stop func()
+		ctx, stop = g.progress(ctx, req.Session, tok)
+		defer stop()
+	}
 	args, problems := g.checkArgs(spec, req.Params.Arguments)
 	if problems != "" {
 		return refusal(out, problems)
@@ -445,10 +512,11 @@ func clone(r *mcp.CallToolResult) *mcp.CallToolResult {
 func (g *gateway) run(ctx context.Context, st *sessionState, spec tool.Spec, meta callMeta, id string, out Result, step plan.Step) *mcp.CallToolResult {
 	select {
 	case st.lock <- struct{}{}:
-		defer func() { <-st.lock }()
 	case <-ctx.Done():
 		return nil
 	}
+	lk := &sessionLock{st: st, held: true}
+	defer lk.unlock()
 	now := g.o.Now()
 	write := spec.Class.IsWrite()
 	prev := st.writes[id]
@@ -480,7 +548,7 @@ func (g *gateway) run(ctx context.Context, st *sessionState, spec tool.Spec, met
 		// read that turn again under its own key.
 		out.Turn, rec = prev.turn, prev
 	case write && prev != nil && prev.given == workflows.TurnSucceeded:
-		return g.hold(ctx, st, id, out, prev, step, now)
+		return g.hold(ctx, lk, id, out, prev, step, now)
 	default:
 		if err := g.load(ctx, out.Session, st); err != nil {
 			return refusal(out, err.Error())
@@ -497,6 +565,14 @@ func (g *gateway) run(ctx context.Context, st *sessionState, spec tool.Spec, met
 	out.Key = plan.Key(out.Session, out.Turn, 1, spec.Name)
 
 	res, err := g.send(ctx, out.Session, out.Turn, meta.key, step)
+	if err == nil {
+		var ok bool
+		if res, ok = g.await(ctx, lk, out.Session, out.Turn, meta.key, step, res); !ok {
+			// The client went away while a person decided: it is not
+			// given this result, so it is not noted as given.
+			return render(fill(out, res))
+		}
+	}
 	if err != nil {
 		if rec != nil && rec != prev && refused(err) {
 			// The session refused the turn: nothing ran, so this call is
@@ -524,8 +600,12 @@ const runningPoll = 200 * time.Millisecond
 // is read again until it finishes or waits, within the timeout, so the
 // caller gets its result rather than "running".
 func (g *gateway) send(ctx context.Context, session string, turn int, key string, step plan.Step) (workflows.TurnResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.o.CallTimeout)
-	defer cancel()
+	if progressOf(ctx) == nil {
+		// A call with progress is bounded by PersonWait (see progress).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.o.CallTimeout)
+		defer cancel()
+	}
 	t := workflows.TurnRequest{Turn: turn, RequestID: key, Steps: []plan.Step{step}}
 	for {
 		res, err := g.plans.Turn(ctx, session, t, g.o.Session)
@@ -546,7 +626,8 @@ func (g *gateway) send(ctx context.Context, session string, turn int, key string
 // reads that same turn again, also after the person decided (a rejection
 // stands). An approved second effect becomes the call to compare later ones
 // with.
-func (g *gateway) hold(ctx context.Context, st *sessionState, id string, out Result, prev *record, step plan.Step, now time.Time) *mcp.CallToolResult {
+func (g *gateway) hold(ctx context.Context, lk *sessionLock, id string, out Result, prev *record, step plan.Step, now time.Time) *mcp.CallToolResult {
+	st := lk.st
 	earlier := plan.Key(out.Session, prev.turn, 1, out.Tool)
 	h := &Held{Reason: "suspected_duplicate", Turn: prev.turn, Key: earlier, At: prev.at.UTC(),
 		Window: g.o.DuplicateWindow.String(), HeldUntil: prev.delivered.Add(g.o.DuplicateWindow).UTC(), EarlierState: prev.given}
@@ -565,6 +646,14 @@ func (g *gateway) hold(ctx context.Context, st *sessionState, id string, out Res
 	out.Turn = rec.turn
 	out.Key = plan.Key(out.Session, rec.turn, 1, out.Tool)
 	res, err := g.send(ctx, out.Session, rec.turn, "", rec.step)
+	if err == nil {
+		var ok bool
+		if res, ok = g.await(ctx, lk, out.Session, rec.turn, "", rec.step, res); !ok {
+			out = fill(out, res)
+			out.Held = h
+			return render(out)
+		}
+	}
 	if err != nil {
 		if refused(err) && rec.given == "" {
 			prev.held = nil // the session refused the held turn: nothing was held
@@ -612,16 +701,6 @@ func (g *gateway) checkArgs(spec tool.Spec, raw json.RawMessage) (json.RawMessag
 	return nil, msg[:len(msg)-1]
 }
 
-// Handler returns the streamable HTTP handler of an MCP server made by New
-// (one MCP session per Mcp-Session-Id; sessions are kept while the process
-// runs, so a call that waits for a person can be repeated in its session).
-// The SDK refuses requests to a loopback listener whose Host header is not
-// a loopback name (DNS rebinding). The handler has no authentication: serve
-// it on loopback, or behind a proxy that authenticates.
-func Handler(s *mcp.Server) http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
-}
-
 // refused reports whether the session refused a turn (its validator: a
 // conflict, an ended session, a turn still waiting, a bad plan): nothing
 // ran.
@@ -648,11 +727,43 @@ func refusalText(err error) string {
 	return err.Error()
 }
 
+// blockedByQuestion is in the session's refusal of a new turn while an
+// earlier one waits for a person.
+const blockedByQuestion = "is still running (see its open question)"
+
+// blockingQuestion words the refusal of a call while an earlier turn of
+// the session waits for a person: which question blocks it and who
+// answers it (the session's words say "running").
+func (g *gateway) blockingQuestion(session, text string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wf := workflows.SessionWorkflowID(session)
+	st, err := g.plans.Status(ctx, wf)
+	if err != nil || len(st.Questions) == 0 {
+		return text
+	}
+	q := st.Questions[0]
+	cmd := "starter approve " + wf + " --step " + fmt.Sprint(q.Step) + " (or --reject)"
+	if q.Kind != workflows.QuestionApproval {
+		cmd = "starter resolve " + wf + " --step " + fmt.Sprint(q.Step) + " --outcome ..."
+	}
+	return fmt.Sprintf("an earlier call of this session WAITS FOR A PERSON: question %s (%s) on step %d, %s (operation key %s); "+
+		"the session takes no new call until a person decides (`%s`); then call again, or send this call with another %q",
+		q.ID, q.Kind, q.Step, clipText(q.Card.Change), q.Key, cmd, MetaSession)
+}
+
+// clipText clips a card's text for a message.
+func clipText(s string) string { return tool.Clip(s, 120) }
+
 // failure answers a call whose turn was refused or not answered.
 func (g *gateway) failure(out Result, err error) *mcp.CallToolResult {
 	g.log.Warn("mcp: call not answered", "tool", out.Tool, "session", out.Session, "turn", out.Turn, "key", out.Key, "refused", refused(err), "error", err)
 	if refused(err) {
-		return refusal(out, fmt.Sprintf("the session refused turn %d (%s): nothing was run. %s", out.Turn, out.Key, refusalText(err)))
+		text := refusalText(err)
+		if strings.Contains(text, blockedByQuestion) {
+			text = g.blockingQuestion(out.Session, text)
+		}
+		return refusal(out, fmt.Sprintf("the session refused turn %d (%s): nothing was run. %s", out.Turn, out.Key, text))
 	}
 	out.State, out.Error = StateNoAnswer, err.Error()
 	out.Message = fmt.Sprintf("NO ANSWER YET: turn %d (key %s) of session %s got no answer (%v). It may be running or may not have started. "+

@@ -145,6 +145,9 @@ func (f *fakeSessions) Status(ctx context.Context, workflowID string) (workflows
 	var st workflows.Status
 	for n, t := range turns {
 		st.Steps = append(st.Steps, workflows.StepStatus{Turn: n, Key: t.res.Steps[0].Key})
+		if t.res.State == workflows.TurnWaiting && t.res.Question != nil && !f.approved[t.res.Steps[0].Key] && !f.rejected[t.res.Steps[0].Key] {
+			st.Questions = append(st.Questions, *t.res.Question)
+		}
 	}
 	return st, nil
 }

@@ -98,19 +98,56 @@ func argLimits(spec tool.Spec, l plan.Limits) tool.ArgLimits {
 //
 //	READ                  readOnlyHint true
 //	IDEMPOTENT_WRITE      idempotentHint true, destructiveHint false
-//	CONDITIONAL_WRITE     idempotentHint true (destructiveHint left at its default, true)
+//	CONDITIONAL_WRITE     idempotentHint true, destructiveHint false
 //	NON_IDEMPOTENT_WRITE  idempotentHint false, destructiveHint true
+//
+// A conditional write (an upsert by external reference, a create-if-absent)
+// is not destructive: sent again it leaves what the first call made. A
+// non-idempotent write is marked destructive because a second run is a
+// second effect that cannot be told apart from the first.
 func Annotations(c tool.Class) *mcp.ToolAnnotations {
 	yes, no := true, false
 	switch c {
 	case tool.Read:
 		return &mcp.ToolAnnotations{ReadOnlyHint: true}
-	case tool.IdempotentWrite:
+	case tool.IdempotentWrite, tool.ConditionalWrite:
 		return &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: &no}
-	case tool.ConditionalWrite:
-		return &mcp.ToolAnnotations{IdempotentHint: true}
 	default: // NON_IDEMPOTENT_WRITE (the registry refuses any other class)
 		return &mcp.ToolAnnotations{IdempotentHint: false, DestructiveHint: &yes}
+	}
+}
+
+// classWords says what a class means to a model, without the class's name.
+var classWords = map[tool.Class]string{
+	tool.Read:               "reads only, changes nothing",
+	tool.IdempotentWrite:    "makes a change; the provider makes it once even when the call is sent again",
+	tool.ConditionalWrite:   "makes a change only where it is not made yet; sent again it changes nothing more",
+	tool.NonIdempotentWrite: "makes a change each time it runs; the gateway runs it once per call",
+}
+
+// OutputSchema is the JSON Schema of every tool's structuredContent (a
+// Result).
+func OutputSchema() map[string]any {
+	str := func(d string) map[string]any { return map[string]any{"type": "string", "description": d} }
+	obj := func(d string) map[string]any { return map[string]any{"type": "object", "description": d} }
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"state": map[string]any{"type": "string", "enum": []any{"succeeded", "failed", "waiting", "running", StateRefused, StateNoAnswer},
+				"description": "succeeded or failed (final); waiting (for a person: call again the same way later); running or no_answer (call again the same way); refused (nothing was run)"},
+			"tool":        str("the tool called"),
+			"session":     str("the session of the call: send it back as _meta agentsaga/session to resend the call from another connection"),
+			"turn":        map[string]any{"type": "integer", "description": "the call's turn in the session"},
+			"key":         str("the call's operation key, sent to the provider"),
+			"external_id": str("the provider's id of what the call made"),
+			"result":      map[string]any{"description": "the provider's answer"},
+			"error":       str("why the call failed or was refused"),
+			"step":        obj("the call's full status: attempts, decisions, reversal"),
+			"question":    obj("the open question of a waiting call, with its card"),
+			"held":        obj("the earlier call a suspected duplicate repeats"),
+			"message":     str("what happened, in words (the text content)"),
+		},
+		"required": []any{"state", "tool", "session", "message"},
 	}
 }
 
@@ -118,7 +155,7 @@ func Annotations(c tool.Class) *mcp.ToolAnnotations {
 // class, and when calls wait for a person.
 func description(spec tool.Spec) string {
 	d := spec.Description
-	d = joinDesc(d, "side-effect class "+string(spec.Class))
+	d = joinDesc(d, classWords[spec.Class])
 	if a := spec.Approval; a != nil {
 		switch {
 		case a.Always:
@@ -128,7 +165,7 @@ func description(spec tool.Spec) string {
 		}
 	}
 	if spec.Class.IsWrite() {
-		d = joinDesc(d, "repeating an identical call does not run it twice (see the agentsaga/key _meta field)")
+		d = joinDesc(d, "to resend a call safely, send it with the same _meta \"agentsaga/key\" (a string you keep for the call)")
 	}
 	return d
 }

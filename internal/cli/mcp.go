@@ -12,8 +12,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/redact"
@@ -110,7 +108,10 @@ func serveMCP(ctx context.Context, plans mcpgw.Plans, tools *tool.Registry, m mc
 		return usageErr("mcp: %v", err)
 	}
 	if m.stdio {
-		err := srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{out}})
+		err := srv.Run(ctx, mcpgw.NewStdioTransport(stdin, out))
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = mcpgw.Settle(sctx, srv) // the connection's AgentSession ends before the process does
 		if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("mcp over stdio: %w", err)
 		}
@@ -138,9 +139,3 @@ func serveMCP(ctx context.Context, plans mcpgw.Plans, tools *tool.Registry, m mc
 	}
 	return nil
 }
-
-// nopWriteCloser lets the protocol's writer outlive the session: closing
-// the session does not close the starter's standard output.
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
