@@ -1,0 +1,248 @@
+package mcptool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentsaga/agentsaga/tool"
+)
+
+// DefaultConnectTimeout bounds starting an upstream and its MCP handshake
+// when Server.ConnectTimeout is zero.
+const DefaultConnectTimeout = 30 * time.Second
+
+// Version is the client version sent to upstream servers in initialize.
+const Version = "0.1.0"
+
+// Server is one upstream MCP server: a command run over stdio (Command, Args,
+// Env, Dir) or a streamable HTTP endpoint (URL, Header). Exactly one of
+// Command and URL is set. A Server connects on its first call, keeps one
+// session for every tool that names it, and connects again after the session
+// ended (the process exited, the connection broke). It is safe for
+// concurrent use. Its Env and Header hold secrets: it prints without them.
+type Server struct {
+	// Name names the server in messages, such as "filesystem".
+	Name string
+	// Command is the program of a stdio server, such as "npx" or a path.
+	Command string
+	// Args are the command's arguments.
+	Args []string
+	// Env is the command's environment, as KEY=VALUE. The worker's own
+	// environment is NOT passed on (it holds the worker's secrets), except
+	// PATH and HOME, which a command needs to start; list anything else
+	// here.
+	Env []string
+	// Dir is the command's working directory; empty means the worker's.
+	Dir string
+	// URL is the endpoint of a streamable HTTP server.
+	URL string
+	// Header is sent on every HTTP request (an Authorization header, say).
+	Header http.Header
+	// HTTPClient is the client for URL; nil means http.DefaultClient's
+	// transport.
+	HTTPClient *http.Client
+	// ConnectTimeout bounds starting the server and the MCP handshake; zero
+	// means DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// WrapConnection, when set, wraps each new connection to the upstream.
+	// It is for fault injection in tests (a connection that drops an answer
+	// after the upstream acted); production leaves it nil.
+	WrapConnection func(mcp.Connection) mcp.Connection
+
+	mu     sync.Mutex
+	cs     *mcp.ClientSession
+	dead   chan struct{}
+	// calls counts tools/call requests handed to a connection (or whose
+	// hand-over was attempted): a call that fails after this moved may
+	// have reached the upstream.
+	calls atomic.Int64
+}
+
+// String implements fmt.Stringer without the environment or headers.
+func (s *Server) String() string { return "mcp server " + s.Name + " (env and headers masked)" }
+
+// GoString implements fmt.GoStringer without the environment or headers.
+func (s *Server) GoString() string { return s.String() }
+
+// Close ends the session (a stdio server's process is stopped). A later call
+// connects again.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	cs := s.cs
+	s.cs = nil
+	s.mu.Unlock()
+	if cs == nil {
+		return nil
+	}
+	return cs.Close()
+}
+
+// session returns the live session, connecting when there is none.
+func (s *Server) session(ctx context.Context) (*mcp.ClientSession, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cs != nil {
+		select {
+		case <-s.dead:
+			s.cs = nil
+		default:
+			return s.cs, nil
+		}
+	}
+	tr, err := s.transport()
+	if err != nil {
+		return nil, err
+	}
+	timeout := s.ConnectTimeout
+	if timeout <= 0 {
+		timeout = DefaultConnectTimeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "agentsaga", Version: Version}, nil)
+	cs, err := client.Connect(cctx, tr, nil)
+	if err != nil {
+		return nil, fmt.Errorf("mcp server %s: connect: %w: check its command or URL and that it starts", s.Name, err)
+	}
+	dead := make(chan struct{})
+	go func() { _ = cs.Wait(); close(dead) }()
+	s.cs, s.dead = cs, dead
+	return cs, nil
+}
+
+func (s *Server) transport() (mcp.Transport, error) {
+	var inner mcp.Transport
+	switch {
+	case s.Command != "" && s.URL != "":
+		return nil, fmt.Errorf("mcp server %s: both a command and a URL: set one", s.Name)
+	case s.Command != "":
+		cmd := exec.Command(s.Command, s.Args...)
+		cmd.Dir = s.Dir
+		cmd.Env = append(baseEnv(), s.Env...)
+		inner = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+	case s.URL != "":
+		hc := s.HTTPClient
+		if hc == nil {
+			hc = &http.Client{}
+		}
+		if len(s.Header) > 0 {
+			base := hc.Transport
+			if base == nil {
+				base = http.DefaultTransport
+			}
+			c := *hc
+			c.Transport = headerTransport{base: base, header: s.Header}
+			hc = &c
+		}
+		inner = &mcp.StreamableClientTransport{Endpoint: s.URL, HTTPClient: hc}
+	default:
+		return nil, fmt.Errorf("mcp server %s: neither a command nor a URL: set one", s.Name)
+	}
+	return &countingTransport{inner: inner, s: s}, nil
+}
+
+func baseEnv() []string {
+	var out []string
+	for _, k := range []string{"PATH", "HOME"} {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}
+
+type headerTransport struct {
+	base   http.RoundTripper
+	header http.Header
+}
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, vs := range h.header {
+		r.Header[k] = vs
+	}
+	return h.base.RoundTrip(r)
+}
+
+// countingTransport counts the tools/call requests written, so a failed call
+// can tell "never left" from "may have reached the upstream".
+type countingTransport struct {
+	inner mcp.Transport
+	s     *Server
+}
+
+func (t *countingTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.inner.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if t.s.WrapConnection != nil {
+		c = t.s.WrapConnection(c)
+	}
+	return &countingConn{Connection: c, s: t.s}, nil
+}
+
+type countingConn struct {
+	mcp.Connection
+	s *Server
+}
+
+func (c *countingConn) Write(ctx context.Context, m jsonrpc.Message) error {
+	if r, ok := m.(*jsonrpc.Request); ok && r.Method == "tools/call" {
+		c.s.calls.Add(1)
+	}
+	return c.Connection.Write(ctx, m)
+}
+
+// call calls the upstream tool name and classifies what happened: an error is
+// always a *tool.Error. A result with IsError set is returned as is (the
+// caller decides what the upstream's refusal means).
+func (s *Server) call(ctx context.Context, name string, args any, meta mcp.Meta) (*mcp.CallToolResult, error) {
+	cs, err := s.session(ctx)
+	if err != nil {
+		return nil, tool.Fail(tool.KindNotSent, "not_connected", fmt.Errorf("%s on %w: the call never left, it is safe to send again", name, err))
+	}
+	before := s.calls.Load()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args, Meta: meta})
+	if err == nil {
+		return res, nil
+	}
+	var we *jsonrpc.Error
+	if errors.As(err, &we) {
+		// The upstream answered with a protocol error: it did not run the
+		// tool (unknown tool, invalid params) or failed inside it.
+		switch we.Code {
+		case jsonrpc.CodeInvalidParams, jsonrpc.CodeMethodNotFound, jsonrpc.CodeInvalidRequest:
+			return nil, tool.Fail(tool.KindRejected, fmt.Sprintf("jsonrpc_%d", we.Code),
+				fmt.Errorf("%s on mcp server %s refused the call: %s", name, s.Name, clip(we.Message, 300)))
+		default:
+			return nil, tool.Fail(tool.KindUnavailable, fmt.Sprintf("jsonrpc_%d", we.Code),
+				fmt.Errorf("%s on mcp server %s failed: %s: retry later (reconcile first for writes)", name, s.Name, clip(we.Message, 300)))
+		}
+	}
+	if s.calls.Load() == before {
+		return nil, tool.Fail(tool.KindNotSent, "not_sent",
+			fmt.Errorf("%s on mcp server %s: the call never left (%w): it is safe to send again", name, s.Name, err))
+	}
+	return nil, tool.Fail(tool.KindUnknown, "no_response",
+		fmt.Errorf("%s on mcp server %s: the call left but no answer came back (%w): the outcome is unknown, reconcile before sending again", name, s.Name, err))
+}
+
+func clip(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
