@@ -60,9 +60,9 @@ type Server struct {
 	// after the upstream acted); production leaves it nil.
 	WrapConnection func(mcp.Connection) mcp.Connection
 
-	mu     sync.Mutex
-	cs     *mcp.ClientSession
-	dead   chan struct{}
+	mu   sync.Mutex
+	cs   *mcp.ClientSession
+	dead chan struct{}
 	// calls counts tools/call requests handed to a connection (or whose
 	// hand-over was attempted): a call that fails after this moved may
 	// have reached the upstream.
