@@ -18,41 +18,16 @@ import (
 // loadMCPExample loads examples/mcp-filesystem.yaml against the npm servers
 // installed under integration/mcpupstream (node instead of npx, which would
 // fetch them), on a fresh directory and memory file.
-func loadMCPExample(t *testing.T, wrap func(string, mcp.Connection) mcp.Connection) (*catalog.Catalog, string, string) {
+func loadMCPExample(t *testing.T, wrap func(string, mcp.Connection) mcp.Connection) (*catalog.Catalog, string) {
 	t.Helper()
-	node, fsScript := mcptest.Upstream(t, mcptest.Filesystem)
-	_, memScript := mcptest.Upstream(t, mcptest.Memory)
-	raw, err := os.ReadFile("examples/mcp-filesystem.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := string(raw)
-	for old, repl := range map[string]string{
-		`command: npx
-    args: ["-y", "@modelcontextprotocol/server-filesystem@2026.8.31", "${AGENTSAGA_FS_ROOT}"]`: `command: "${NODE}"
-    args: ["${FS_SCRIPT}", "${AGENTSAGA_FS_ROOT}"]`,
-		`command: npx
-    args: ["-y", "@modelcontextprotocol/server-memory@2026.8.31"]`: `command: "${NODE}"
-    args: ["${MEM_SCRIPT}"]`,
-	} {
-		if !strings.Contains(src, old) {
-			t.Fatalf("the example no longer declares %q", old)
-		}
-		src = strings.Replace(src, old, repl, 1)
-	}
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem := filepath.Join(t.TempDir(), "memory.jsonl")
-	env := map[string]string{"NODE": node, "FS_SCRIPT": fsScript, "MEM_SCRIPT": memScript, "AGENTSAGA_FS_ROOT": dir, "AGENTSAGA_MEMORY_FILE": mem}
+	src, env, dir := mcptest.Example(t)
 	c, err := catalog.ParseWith(catalog.Options{Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }, MCPWrap: wrap},
-		catalog.Source{Name: "mcp-filesystem.yaml", Data: []byte(src)})
+		catalog.Source{Name: "mcp-filesystem.yaml", Data: src})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return c, dir, mem
+	return c, dir
 }
 
 func mcpCall(key string, args any) tool.Call {
@@ -62,7 +37,7 @@ func mcpCall(key string, args any) tool.Call {
 
 func TestMCPExampleAgainstRealServers(t *testing.T) {
 	var d mcptest.Dropper
-	c, dir, _ := loadMCPExample(t, func(server string, conn mcp.Connection) mcp.Connection {
+	c, dir := loadMCPExample(t, func(server string, conn mcp.Connection) mcp.Connection {
 		if server == "filesystem" {
 			return d.Wrap(conn)
 		}
@@ -80,7 +55,7 @@ func TestMCPExampleAgainstRealServers(t *testing.T) {
 		}
 		return tl
 	}
-	if s := c.Specs()["fs_move"]; s.System != "filesystem" || s.Approval == nil || s.Compensator != "fs_move_back" {
+	if s := c.Specs()["fs_move"]; s.System != "filesystem/move_file" || s.Approval == nil || s.Compensator != "fs_move_back" {
 		t.Fatalf("fs_move spec: %+v", s)
 	}
 	src, dst := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")

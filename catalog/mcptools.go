@@ -273,7 +273,8 @@ func (b *builder) mcpTool(path string, d toolDecl) *mcptool.Tool {
 	before := p.n()
 	m := d.MCP
 	s := b.spec(path, d)
-	s.System = m.Server
+	// SERVER/TOOL: approval cards show the upstream tool a call runs.
+	s.System = m.Server + "/" + m.Tool
 	if d.System != "" {
 		p.add(path+".system", "an mcp tool names its server in mcp.server: remove system")
 	}

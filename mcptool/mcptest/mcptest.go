@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -67,6 +68,15 @@ type Dropper struct {
 	tool    string
 	left    int
 	dropped int
+	calls   map[string]int
+}
+
+// Calls counts the tools/call requests of upstream tool name written to
+// the upstream through the wrapped connections.
+func (d *Dropper) Calls(name string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls[name]
 }
 
 // Arm makes the next n answers of upstream tool name be lost.
@@ -102,6 +112,10 @@ func (c *dropConn) Write(ctx context.Context, m jsonrpc.Message) error {
 		}
 		_ = jsonUnmarshal(r.Params, &p)
 		c.d.mu.Lock()
+		if c.d.calls == nil {
+			c.d.calls = map[string]int{}
+		}
+		c.d.calls[p.Name]++
 		if c.d.left > 0 && p.Name == c.d.tool {
 			c.d.left--
 			c.mu.Lock()
@@ -137,3 +151,38 @@ func (c *dropConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// Example returns catalog/examples/mcp-filesystem.yaml rewritten to run the
+// servers installed under integration/mcpupstream with node (the shipped
+// file runs them with npx, which fetches them), and the environment it
+// reads: a fresh allowed directory (AGENTSAGA_FS_ROOT, returned as dir) and
+// memory file. Missing servers skip or fail as Upstream does.
+func Example(t testing.TB) (src []byte, env map[string]string, dir string) {
+	t.Helper()
+	node, fsScript := Upstream(t, Filesystem)
+	_, memScript := Upstream(t, Memory)
+	_, self, _, _ := runtime.Caller(0)
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "catalog", "examples", "mcp-filesystem.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(raw)
+	for _, r := range [][2]string{
+		{"command: npx\n    args: [\"-y\", \"@modelcontextprotocol/server-filesystem@2026.8.31\", \"${AGENTSAGA_FS_ROOT}\"]",
+			"command: \"${NODE}\"\n    args: [\"${FS_SCRIPT}\", \"${AGENTSAGA_FS_ROOT}\"]"},
+		{"command: npx\n    args: [\"-y\", \"@modelcontextprotocol/server-memory@2026.8.31\"]",
+			"command: \"${NODE}\"\n    args: [\"${MEM_SCRIPT}\"]"},
+	} {
+		if !strings.Contains(s, r[0]) {
+			t.Fatalf("the example no longer declares %q: update mcptest.Example", r[0])
+		}
+		s = strings.Replace(s, r[0], r[1], 1)
+	}
+	dir, err = filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = map[string]string{"NODE": node, "FS_SCRIPT": fsScript, "MEM_SCRIPT": memScript,
+		"AGENTSAGA_FS_ROOT": dir, "AGENTSAGA_MEMORY_FILE": filepath.Join(t.TempDir(), "memory.jsonl")}
+	return []byte(s), env, dir
+}
