@@ -1,10 +1,13 @@
 package mcptool
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"strings"
@@ -145,11 +148,49 @@ func (s *Server) transport() (mcp.Transport, error) {
 			c.Transport = headerTransport{base: base, header: s.Header}
 			hc = &c
 		}
-		inner = &mcp.StreamableClientTransport{Endpoint: s.URL, HTTPClient: hc}
+		// Over HTTP the call has left once its POST was written: the
+		// wire, not the connection's Write, counts it (the go-sdk reports
+		// a POST whose answer was lost as "rejected by transport", as if
+		// it never left).
+		base := hc.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		c := *hc
+		c.Transport = wireCounter{base: base, s: s}
+		inner = &mcp.StreamableClientTransport{Endpoint: s.URL, HTTPClient: &c}
 	default:
 		return nil, fmt.Errorf("mcp server %s: neither a command nor a URL: set one", s.Name)
 	}
-	return &countingTransport{inner: inner, s: s}, nil
+	return &countingTransport{inner: inner, s: s, wire: s.URL != ""}, nil
+}
+
+// wireCounter counts the POSTs of tools/call requests that were written to
+// the wire, in full or in part.
+type wireCounter struct {
+	base http.RoundTripper
+	s    *Server
+}
+
+func (w wireCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return w.base.RoundTrip(r)
+	}
+	body, err := io.ReadAll(r.Body)
+	_ = r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	r = r.Clone(r.Context())
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	// No GetBody: the transport must not resend a call on its own.
+	r.GetBody = nil
+	if !bytes.Contains(body, []byte(`"tools/call"`)) {
+		return w.base.RoundTrip(r)
+	}
+	var once sync.Once
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(func() { w.s.calls.Add(1) }) }}
+	return w.base.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
 }
 
 func baseEnv() []string {
@@ -180,6 +221,7 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 type countingTransport struct {
 	inner mcp.Transport
 	s     *Server
+	wire  bool // an HTTP server: wireCounter counts instead
 }
 
 func (t *countingTransport) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -189,6 +231,9 @@ func (t *countingTransport) Connect(ctx context.Context) (mcp.Connection, error)
 	}
 	if t.s.WrapConnection != nil {
 		c = t.s.WrapConnection(c)
+	}
+	if t.wire {
+		return c, nil
 	}
 	return &countingConn{Connection: c, s: t.s}, nil
 }
@@ -218,8 +263,14 @@ func (s *Server) call(ctx context.Context, name string, args any, meta mcp.Meta)
 	if err == nil {
 		return res, nil
 	}
+	left := s.calls.Load() != before
 	var we *jsonrpc.Error
-	if errors.As(err, &we) {
+	if errors.As(err, &we) && we.Code == codeRejectedByTransport {
+		// The client's own error: the POST failed, before or after the
+		// upstream got it. The wire count tells which.
+		we = nil
+	}
+	if we != nil {
 		// The upstream answered with a protocol error: it did not run the
 		// tool (unknown tool, invalid params) or failed inside it.
 		switch we.Code {
@@ -231,13 +282,18 @@ func (s *Server) call(ctx context.Context, name string, args any, meta mcp.Meta)
 				fmt.Errorf("%s on mcp server %s failed: %s: retry later (reconcile first for writes)", name, s.Name, clip(we.Message, 300)))
 		}
 	}
-	if s.calls.Load() == before {
+	if !left {
 		return nil, tool.Fail(tool.KindNotSent, "not_sent",
 			fmt.Errorf("%s on mcp server %s: the call never left (%w): it is safe to send again", name, s.Name, err))
 	}
 	return nil, tool.Fail(tool.KindUnknown, "no_response",
 		fmt.Errorf("%s on mcp server %s: the call left but no answer came back (%w): the outcome is unknown, reconcile before sending again", name, s.Name, err))
 }
+
+// codeRejectedByTransport is the go-sdk client's own error for a request its
+// transport failed to deliver (jsonrpc2.ErrRejected), which it also reports
+// when an HTTP POST was written and its answer lost.
+const codeRejectedByTransport = -32005
 
 func clip(s string, n int) string {
 	s = strings.TrimSpace(s)
