@@ -254,6 +254,28 @@ func (c *countingConn) Write(ctx context.Context, m jsonrpc.Message) error {
 // always a *tool.Error. A result with IsError set is returned as is (the
 // caller decides what the upstream's refusal means).
 func (s *Server) call(ctx context.Context, name string, args any, meta mcp.Meta) (*mcp.CallToolResult, error) {
+	res, err := s.callOnce(ctx, name, args, meta)
+	if tool.KindOf(err) == tool.KindNotSent && tool.CodeOf(err) == "not_sent" && ctx.Err() == nil {
+		// The session broke before this call was handed over (the
+		// upstream died after the previous call, and the session has not
+		// noticed yet): nothing left, so one more try on a new session
+		// is safe.
+		res, err = s.callOnce(ctx, name, args, meta)
+	}
+	return res, err
+}
+
+// forget drops cs as the live session, when it still is.
+func (s *Server) forget(cs *mcp.ClientSession) {
+	s.mu.Lock()
+	if s.cs == cs {
+		s.cs = nil
+	}
+	s.mu.Unlock()
+	_ = cs.Close()
+}
+
+func (s *Server) callOnce(ctx context.Context, name string, args any, meta mcp.Meta) (*mcp.CallToolResult, error) {
 	cs, err := s.session(ctx)
 	if err != nil {
 		return nil, tool.Fail(tool.KindNotSent, "not_connected", fmt.Errorf("%s on %w: the call never left, it is safe to send again", name, err))
@@ -283,6 +305,9 @@ func (s *Server) call(ctx context.Context, name string, args any, meta mcp.Meta)
 		}
 	}
 	if !left {
+		if ctx.Err() == nil {
+			s.forget(cs)
+		}
 		return nil, tool.Fail(tool.KindNotSent, "not_sent",
 			fmt.Errorf("%s on mcp server %s: the call never left (%w): it is safe to send again", name, s.Name, err))
 	}
