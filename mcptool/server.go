@@ -14,10 +14,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
@@ -320,10 +322,16 @@ func (s *Server) callOnce(ctx context.Context, name string, args any, meta mcp.M
 // when an HTTP POST was written and its answer lost.
 const codeRejectedByTransport = -32005
 
+// clip masks secrets in an upstream's text (providers echo tokens and card
+// numbers in their errors, and these texts reach the status, the history and
+// the logs) and cuts it to n bytes.
 func clip(s string, n int) string {
-	s = strings.TrimSpace(s)
+	s = redact.String(strings.TrimSpace(s))
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "..."
 }
