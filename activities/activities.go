@@ -278,7 +278,15 @@ func (a *Activities) lookup(ctx context.Context, t tool.Tool, req Request) (tool
 	if !ok {
 		return tool.Lookup{Status: tool.Unknown}, nil
 	}
-	look, err := rc.Reconcile(ctx, req.Key)
+	var (
+		look tool.Lookup
+		err  error
+	)
+	if cr, ok := t.(tool.CallReconciler); ok {
+		look, err = cr.ReconcileCall(ctx, tool.Call{Key: req.Key, Args: req.Args})
+	} else {
+		look, err = rc.Reconcile(ctx, req.Key)
+	}
 	if err != nil {
 		return look, err
 	}

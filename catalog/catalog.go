@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agentsaga/agentsaga/mcptool"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
@@ -16,8 +17,9 @@ const EnvTools = "AGENTSAGA_TOOLS"
 
 // Catalog is a loaded, checked tool catalogue.
 type Catalog struct {
-	tools []tool.Tool
-	specs tool.Specs
+	tools   []tool.Tool
+	specs   tool.Specs
+	servers []*mcptool.Server
 }
 
 // Load reads and checks the catalogue files at paths (at most MaxFiles) as
@@ -65,7 +67,7 @@ func Parse(name string, data []byte) (*Catalog, error) {
 
 // ParseWith checks several sources as one catalogue.
 func ParseWith(opts Options, srcs ...Source) (*Catalog, error) {
-	b := &builder{opts: opts, p: &problems{}, systems: map[string]*system{}, decls: map[string]toolDecl{},
+	b := &builder{opts: opts, p: &problems{}, systems: map[string]*system{}, mcpServers: map[string]*mcptool.Server{}, decls: map[string]toolDecl{},
 		enums: map[string][]enumArg{}, where: map[string]string{}}
 	var files []*file
 	var names []string
@@ -84,7 +86,7 @@ func ParseWith(opts Options, srcs ...Source) (*Catalog, error) {
 	}
 	nSys, nTools := 0, 0
 	for _, f := range files {
-		nSys += len(f.Systems)
+		nSys += len(f.Systems) + len(f.MCPServers)
 		nTools += len(f.Tools)
 	}
 	b.p.prefix = ""
@@ -102,6 +104,9 @@ func ParseWith(opts Options, srcs ...Source) (*Catalog, error) {
 		b.dir = filepath.Dir(names[fi])
 		for i, s := range f.Systems {
 			b.system(i, s)
+		}
+		for i, s := range f.MCPServers {
+			b.mcpServer(i, s)
 		}
 	}
 	// Declarations first, so templates and reversals can name tools of
@@ -123,11 +128,19 @@ func ParseWith(opts Options, srcs ...Source) (*Catalog, error) {
 		}
 	}
 	built := map[string]*httpTool{}
+	proxied := map[string]*mcptool.Tool{}
 	var order []string
 	for fi, f := range files {
 		b.p.prefix = names[fi]
 		for i, d := range f.Tools {
 			if b.where[d.Name] != names[fi]+": "+fmt.Sprintf("tools[%d]", i) {
+				continue
+			}
+			if d.MCP != nil {
+				if mt := b.mcpTool(fmt.Sprintf("tools[%d]", i), d); mt != nil {
+					proxied[d.Name] = mt
+					order = append(order, d.Name)
+				}
 				continue
 			}
 			if t := b.tool(fmt.Sprintf("tools[%d]", i), d); t != nil {
@@ -147,6 +160,12 @@ func ParseWith(opts Options, srcs ...Source) (*Catalog, error) {
 	}
 	c := &Catalog{specs: tool.Specs{}}
 	for _, n := range order {
+		if mt, ok := proxied[n]; ok {
+			c.tools = append(c.tools, mcptool.New(mt))
+			c.specs[n] = mt.Def
+			c.servers = appendServer(c.servers, mt.Server)
+			continue
+		}
 		t := built[n]
 		var tt tool.Tool = t
 		if t.lookup != nil {
@@ -203,13 +222,14 @@ func Tools(files []string, extra ...tool.Tool) (*tool.Registry, error) {
 }
 
 type builder struct {
-	opts    Options
-	dir     string // the directory of the file being read: relative paths in it start there
-	p       *problems
-	systems map[string]*system
-	decls   map[string]toolDecl
-	enums   map[string][]enumArg
-	where   map[string]string
+	opts       Options
+	dir        string // the directory of the file being read: relative paths in it start there
+	p          *problems
+	systems    map[string]*system
+	mcpServers map[string]*mcptool.Server
+	decls      map[string]toolDecl
+	enums      map[string][]enumArg
+	where      map[string]string
 }
 
 // local is path as the file being read means it: a relative path starts at
@@ -255,6 +275,34 @@ func (b *builder) tool(path string, d toolDecl) *httpTool {
 	default:
 		t.sys = sys
 	}
+	scope := b.links(path, d, s)
+	t.req = b.request(path+".request", d.Request, scope, s.Class.IsWrite(), true)
+	t.resp = b.response(path+".response", d.Response, s.Class.IsWrite())
+	t.errs = b.errorRules(path+".errors", d.Errors)
+	if d.Lookup != nil {
+		if !s.Class.IsWrite() {
+			p.add(path+".lookup", "a READ tool has nothing to look up: remove it")
+		}
+		if d.NoLookup {
+			p.add(path+".lookup", "the tool declares no_lookup: remove one of them")
+		}
+		t.lookup = b.lookup(path+".lookup", *d.Lookup)
+		if t.lookup != nil && t.lookup.lag > 0 && s.Window() <= t.lookup.lag {
+			p.add(path+".reconcile_window", "%s is not longer than the lookup's lag %s: an absent answer could never settle", s.Window(), t.lookup.lag)
+		}
+	} else if s.Class.IsWrite() && !d.NoLookup {
+		p.add(path+".lookup", "a write needs a lookup by key, or no_lookup: true so its unknown outcomes go to a human")
+	}
+	if p.n() > before {
+		return nil
+	}
+	return t
+}
+
+// links checks a tool's reverses and compensator against the other tools
+// and returns what its templates may reference.
+func (b *builder) links(path string, d toolDecl, s tool.Spec) refScope {
+	p := b.p
 	scope := refScope{args: s.Args, reversal: d.Reverses != ""}
 	if d.Reverses != "" {
 		orig, ok := b.decls[d.Reverses]
@@ -285,27 +333,7 @@ func (b *builder) tool(path string, d toolDecl) *httpTool {
 			p.add(path+".compensator", "%s does not declare reverses: %s", d.Compensator, d.Name)
 		}
 	}
-	t.req = b.request(path+".request", d.Request, scope, s.Class.IsWrite(), true)
-	t.resp = b.response(path+".response", d.Response, s.Class.IsWrite())
-	t.errs = b.errorRules(path+".errors", d.Errors)
-	if d.Lookup != nil {
-		if !s.Class.IsWrite() {
-			p.add(path+".lookup", "a READ tool has nothing to look up: remove it")
-		}
-		if d.NoLookup {
-			p.add(path+".lookup", "the tool declares no_lookup: remove one of them")
-		}
-		t.lookup = b.lookup(path+".lookup", *d.Lookup)
-		if t.lookup != nil && t.lookup.lag > 0 && s.Window() <= t.lookup.lag {
-			p.add(path+".reconcile_window", "%s is not longer than the lookup's lag %s: an absent answer could never settle", s.Window(), t.lookup.lag)
-		}
-	} else if s.Class.IsWrite() && !d.NoLookup {
-		p.add(path+".lookup", "a write needs a lookup by key, or no_lookup: true so its unknown outcomes go to a human")
-	}
-	if p.n() > before {
-		return nil
-	}
-	return t
+	return scope
 }
 
 // refScope is what a template of one tool may reference.

@@ -1,4 +1,5 @@
-// Package catalog declares HTTP tools in a YAML file instead of Go: the
+// Package catalog declares HTTP tools, and tools of existing MCP servers
+// (see "Tools of MCP servers"), in a YAML file instead of Go: the
 // systems a worker talks to (base URL, TLS CA, auth headers whose secrets
 // come from environment variables or files) and, per tool, everything a
 // tool.Spec holds plus how to call the provider, read its answer, map its
@@ -89,6 +90,60 @@
 // result of a call is the external id and the kept fields only; the rest of
 // the provider's answer is dropped. Throttled and unavailable answers carry
 // the provider's Retry-After (capped at httptool.MaxRetryAfter).
+//
+// # Tools of MCP servers
+//
+// A catalogue also proxies tools of existing MCP servers (package mcptool):
+// mcp_servers declares each upstream, and a tool with an mcp: section (in
+// place of system, request, response, errors and lookup) calls one of its
+// tools. Upstream tools not declared are not exposed.
+//
+//	mcp_servers:
+//	  - name: filesystem                    # a stdio server: command, args, env, dir
+//	    command: npx
+//	    args: ["-y", "@modelcontextprotocol/server-filesystem@2026.8.31", "${FS_ROOT}"]
+//	    env: [{name: SOME_TOKEN, from_env: FS_TOKEN}]   # value, from_env or from_file
+//	  - name: remote                        # a streamable HTTP server: url, headers
+//	    url: https://mcp.example.com/mcp
+//	    headers: [{name: Authorization, prefix: "Bearer ", from_file: /run/secrets/mcp}]
+//	tools:
+//	  - name: fs_move
+//	    description: Move a file.
+//	    class: NON_IDEMPOTENT_WRITE
+//	    timeout: 30s
+//	    args: [{name: source, type: string, required: true}, {name: destination, type: string, required: true}]
+//	    mcp:
+//	      server: filesystem
+//	      tool: move_file                   # the upstream tool
+//	      args: {source: "{source}", destination: "{destination}"}   # default: the call's args
+//	      key: {meta: agentsaga/key}        # or {arg: idempotency_key}
+//	      external_id: /content             # pointer into the answer's data
+//	      lookup:
+//	        tool: get_file_info             # an upstream read tool
+//	        args: {path: "{destination}"}   # made from the call's args and {key}
+//	        found: {text_contains: "isFile: true"}
+//	        absent: {error: true, text_contains: ENOENT}
+//	        authoritative: true
+//	        item: ""                        # pointer to the effect (Match reads it)
+//	        external_id: ""
+//
+// An answer's data is its structuredContent, or {"text": ...} when it has
+// none. A test (found, absent) holds when every key it sets holds: error
+// (the answer has isError, default false), text_contains, non_empty and
+// empty (pointers into the data). An answer neither found nor absent is
+// unknown, and the engine asks again until the reconcile window closes. The
+// arguments template is any YAML value whose strings may hold the same
+// references as other templates; a string that is exactly one reference
+// keeps the value's JSON type, and an absent value drops its entry. A match
+// result names a field of the lookup's item (camelCase allowed). The
+// tool's system, shown on approval cards, is SERVER/TOOL. A stdio server
+// gets only PATH, HOME and its declared env, never the worker's own
+// environment; ${NAME} in command, args, dir and url is read from the
+// environment when the catalogue loads, and an arg that looks like a secret
+// is refused (pass it in env). Limits: MaxMCPArgs command arguments,
+// MaxMCPEnv variables, MaxHeaders headers, mcptool.MaxTemplateNodes values
+// per arguments template; servers count against MaxSystems. Close stops
+// the servers a catalogue started.
 //
 // # Use
 //

@@ -47,9 +47,10 @@ const (
 
 // file is a catalogue file as written.
 type file struct {
-	Version int          `yaml:"version" json:"version"`
-	Systems []systemDecl `yaml:"systems" json:"systems"`
-	Tools   []toolDecl   `yaml:"tools" json:"tools"`
+	Version    int             `yaml:"version" json:"version"`
+	Systems    []systemDecl    `yaml:"systems" json:"systems"`
+	MCPServers []mcpServerDecl `yaml:"mcp_servers" json:"mcp_servers"`
+	Tools      []toolDecl      `yaml:"tools" json:"tools"`
 }
 
 type systemDecl struct {
@@ -90,6 +91,7 @@ type toolDecl struct {
 	Response        responseDecl  `yaml:"response"`
 	Errors          *errorsDecl   `yaml:"errors"`
 	Lookup          *lookupDecl   `yaml:"lookup"`
+	MCP             *mcpDecl      `yaml:"mcp"`
 }
 
 type retryDecl struct {
@@ -432,6 +434,9 @@ func checkKeys(v any, t reflect.Type, path string, p *problems) {
 		for _, k := range sortedKeys(m) {
 			checkKeys(m[k], t.Elem(), join(path, k), p)
 		}
+	case reflect.Interface:
+		// A free-form value (an MCP arguments template), checked where
+		// it is built.
 	case reflect.String:
 		switch v.(type) {
 		case map[string]any, []any:

@@ -57,7 +57,7 @@ func yamlAsJSON(t *testing.T, path string) any {
 	return doc
 }
 
-var sampleEnv = map[string]string{"AGENTSAGA_SANDBOX_URL": "http://127.0.0.1:1", "AGENTSAGA_MAILPIT_URL": "http://127.0.0.1:1", "PAY_URL": "http://127.0.0.1:1", "PAY_TOKEN": "t"}
+var sampleEnv = map[string]string{"AGENTSAGA_FS_ROOT": "/srv/files", "AGENTSAGA_MEMORY_FILE": "/srv/memory.jsonl", "AGENTSAGA_SANDBOX_URL": "http://127.0.0.1:1", "AGENTSAGA_MAILPIT_URL": "http://127.0.0.1:1", "PAY_URL": "http://127.0.0.1:1", "PAY_TOKEN": "t"}
 
 func loadSample(path string) error {
 	_, err := catalog.LoadWith(catalog.Options{Getenv: func(k string) (string, bool) { v, ok := sampleEnv[k]; return v, ok }}, path)

@@ -11,11 +11,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// fieldRE is a field of an upstream MCP answer, which may be camelCase.
+var fieldRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func validName(s string) bool { return len(s) <= MaxNameLen && nameRE.MatchString(s) }
 
@@ -32,6 +37,10 @@ type Options struct {
 	// a clone of http.DefaultTransport, with the system's CA when it names
 	// one.
 	Transport http.RoundTripper
+	// MCPWrap, when set, wraps every connection to an upstream MCP server
+	// (tests inject lost answers with it, see mcptool/mcptest); nil in
+	// production.
+	MCPWrap func(server string, c mcp.Connection) mcp.Connection
 }
 
 func (o Options) getenv(k string) (string, bool) {
@@ -357,6 +366,10 @@ func (b *builder) spec(path string, d toolDecl) tool.Spec {
 		}
 		if m.Result == "" {
 			p.add(mp+".result", "is missing: name the field of the kept result (response.keep) that records the argument")
+		} else if d.MCP != nil {
+			if !fieldRE.MatchString(m.Result) || len(m.Result) > MaxNameLen {
+				p.add(mp+".result", "%q is not a field name of the upstream's answer (at the lookup's item)", clip(m.Result, 40))
+			}
 		} else if _, kept := d.Response.Keep[m.Result]; !kept {
 			p.add(mp+".result", "%q is not a kept result field: add it to response.keep", clip(m.Result, 40))
 		}

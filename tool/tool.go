@@ -171,6 +171,16 @@ type Reconciler interface {
 	Reconcile(ctx context.Context, key string) (Lookup, error)
 }
 
+// CallReconciler is a Reconciler whose lookup needs the call's arguments, not
+// only its key: a provider that knows nothing of keys is asked about the
+// effect the args describe (the file a move wrote, the entity a create made).
+// The engine calls ReconcileCall, with the validated args of the call being
+// reconciled, whenever a tool implements it.
+type CallReconciler interface {
+	Reconciler
+	ReconcileCall(ctx context.Context, call Call) (Lookup, error)
+}
+
 // Reversal is the argument a compensator receives: what it must undo.
 type Reversal struct {
 	// OriginalKey is the key of the succeeded call being undone.
