@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/agentsaga/agentsaga/mcpgw"
@@ -19,6 +20,9 @@ import (
 
 	"github.com/agentsaga/agentsaga/tool"
 )
+
+// maxMCPSessions bounds --max-sessions.
+const maxMCPSessions = 100_000
 
 // mcpPath is where `starter mcp --http` serves the streamable HTTP
 // endpoint.
@@ -32,6 +36,10 @@ type mcpFlags struct {
 	window      time.Duration
 	timeout     time.Duration
 	requestedBy string
+	personWait  time.Duration
+	idle        time.Duration
+	maxSessions int
+	origins     string
 }
 
 func (m *mcpFlags) register(fs *flag.FlagSet) {
@@ -40,6 +48,10 @@ func (m *mcpFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&m.allowRemote, "allow-remote", false, "let --http listen on a non-loopback address; the gateway does not authenticate, so put an authenticating proxy in front")
 	fs.DurationVar(&m.window, "duplicate-window", mcpgw.DefaultDuplicateWindow, "an identical write without a _meta key repeated within this window after its final result was given to the client is held as a suspected duplicate (a call still waiting is read, whatever the window)")
 	fs.DurationVar(&m.timeout, "call-timeout", mcpgw.DefaultCallTimeout, "how long one tools/call waits for its turn; repeating the call later reads the same turn")
+	fs.DurationVar(&m.personWait, "person-wait", mcpgw.DefaultPersonWait, "how long a call that sent a progressToken stays open while its turn waits for a person (it gets progress every 10 s); after it, the call answers that it still waits")
+	fs.DurationVar(&m.idle, "session-idle", mcpgw.DefaultSessionIdle, "--http: end an MCP session that sent nothing for this long (its AgentSession too, unless it waits for a person)")
+	fs.IntVar(&m.maxSessions, "max-sessions", mcpgw.DefaultMaxSessions, "--http: MCP sessions held at once; an initialize beyond gets 503")
+	fs.StringVar(&m.origins, "allow-origin", "", "--http: browser origins (scheme://host[:port], comma-separated) let in besides loopback ones; any other Origin gets 403")
 	fs.StringVar(&m.requestedBy, "requested-by", "", "the principal behind the agent's sessions; an approval by the same name is refused (four eyes)")
 }
 
@@ -50,8 +62,10 @@ func (m *mcpFlags) check(pos []string) error {
 		return usageErr("mcp: takes no arguments, got %q (see starter mcp --help)", pos[0])
 	case (m.http == "") == !m.stdio:
 		return usageErr("mcp: give exactly one of --http HOST:PORT or --stdio")
-	case m.window <= 0 || m.timeout <= 0:
-		return usageErr("mcp: --duplicate-window and --call-timeout must be positive durations, such as 10m")
+	case m.window <= 0 || m.timeout <= 0 || m.personWait <= 0 || m.idle <= 0:
+		return usageErr("mcp: --duplicate-window, --call-timeout, --person-wait and --session-idle must be positive durations, such as 10m")
+	case m.maxSessions < 1 || m.maxSessions > maxMCPSessions:
+		return usageErr("mcp: --max-sessions %d: give 1 to %d", m.maxSessions, maxMCPSessions)
 	}
 	if m.requestedBy != "" {
 		if err := operators.ValidName(m.requestedBy); err != nil {
@@ -101,7 +115,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 func serveMCP(ctx context.Context, plans mcpgw.Plans, tools *tool.Registry, m mcpFlags, stdin io.Reader, out, logw io.Writer) error {
 	log := slog.New(redact.NewHandler(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	srv, err := mcpgw.New(plans, tools, mcpgw.Options{
-		DuplicateWindow: m.window, CallTimeout: m.timeout, Logger: log,
+		DuplicateWindow: m.window, CallTimeout: m.timeout, PersonWait: m.personWait, Logger: log,
 		Session: sagaclient.SessionOptions{RequestedBy: m.requestedBy},
 	})
 	if err != nil {
@@ -122,7 +136,17 @@ func serveMCP(ctx context.Context, plans mcpgw.Plans, tools *tool.Registry, m mc
 		return fmt.Errorf("mcp: listen on %s: %w (is the port taken? pick another with --http)", m.http, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(mcpPath, mcpgw.Handler(srv))
+	var origins []string
+	for _, o := range strings.Split(m.origins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			origins = append(origins, o)
+		}
+	}
+	h, err := mcpgw.NewHandler(srv, mcpgw.HandlerOptions{SessionIdle: m.idle, MaxSessions: m.maxSessions, AllowedOrigins: origins})
+	if err != nil {
+		return usageErr("mcp: %v", err)
+	}
+	mux.Handle(mcpPath, h)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(out, "MCP gateway on http://%s%s (streamable HTTP); Ctrl-C stops it\n", ln.Addr(), mcpPath)
 	done := make(chan error, 1)

@@ -43,7 +43,8 @@ func (p *mcpPlans) Status(context.Context, string) (workflows.Status, error) {
 }
 
 func mcpDefaults() mcpFlags {
-	return mcpFlags{window: mcpgw.DefaultDuplicateWindow, timeout: mcpgw.DefaultCallTimeout}
+	return mcpFlags{window: mcpgw.DefaultDuplicateWindow, timeout: mcpgw.DefaultCallTimeout, personWait: mcpgw.DefaultPersonWait,
+		idle: mcpgw.DefaultSessionIdle, maxSessions: mcpgw.DefaultMaxSessions}
 }
 
 // queryOrder lists the tools and calls query_order once over cs.
@@ -74,6 +75,9 @@ func TestMCPFlagsAreCheckedBeforeDialling(t *testing.T) {
 		{"mcp", "--stdio", "--duplicate-window", "0s"},
 		{"mcp", "--stdio", "--call-timeout", "-1s"},
 		{"mcp", "--stdio", "--requested-by", "bad\x1bname"},
+		{"mcp", "--stdio", "--person-wait", "0s"},
+		{"mcp", "--http", "127.0.0.1:0", "--session-idle", "-1m"},
+		{"mcp", "--http", "127.0.0.1:0", "--max-sessions", "0"},
 	} {
 		err := run(context.Background(), append(args, "--address", unreachable), strings.NewReader(""), &bytes.Buffer{})
 		require.Equal(t, 2, code(err), "%q: %v", args, err)
