@@ -1,0 +1,44 @@
+package activities
+
+import (
+	"encoding/json"
+	"testing"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/agentsaga/agentsaga/internal/demotools"
+	"github.com/agentsaga/agentsaga/tool"
+)
+
+// BenchmarkExecuteToolChecks is the work ExecuteTool does on a refund's args
+// before and after the provider call, apart from the ledger and the call:
+// the approval rule, the guard's scope, entity and normalised args for the
+// claim, and the Match check of the provider's answer. Its allocations show
+// in `go test -bench ExecuteToolChecks -benchmem ./activities/` (issue 22:
+// the args are decoded once per check today: 220 allocations for a refund).
+func BenchmarkExecuteToolChecks(b *testing.B) {
+	reg, err := demotools.Registry(demotools.SandboxConfig("http://127.0.0.1:9"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	t, _ := reg.Tool(demotools.ApplyRefund)
+	spec := t.Spec()
+	args := json.RawMessage(`{"order_id":"ord_1001","amount_minor":12900,"currency":"EUR","reason":"arrived damaged"}`)
+	answer := tool.Result{ExternalID: "re_1", Data: json.RawMessage(`{"id":"re_1","order_id":"ord_1001","amount_minor":12900,"currency":"EUR","reason":"arrived damaged","status":"succeeded"}`)}
+	req := Request{Key: "s:1:1:apply_refund", Tool: demotools.ApplyRefund, Args: args, Fingerprint: "fp", Summary: "apply_refund order_id ord_1001 129.00 EUR"}
+	a := &Activities{Tools: reg}
+	var info activity.Info
+	b.ReportAllocs()
+	for b.Loop() {
+		if spec.Approval.Required(args) {
+			b.Fatal("129.00 EUR needs no approval")
+		}
+		cr := a.claimRequest(info, req, spec, "exec")
+		if cr.GuardScope == "" {
+			b.Fatal("no guard scope")
+		}
+		if d := answerDifferences(t, spec, args, answer); len(d) != 0 {
+			b.Fatalf("differences: %v", d)
+		}
+	}
+}
