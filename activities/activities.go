@@ -233,9 +233,10 @@ func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spe
 		Summary:     storedSummary(req.Summary),
 	}
 	if g := spec.Guard; g != nil {
-		cr.GuardScope = g.ScopeKey(req.Args)
-		cr.GuardHold = g.Hold
+		// ScopeKey is Scope + ":" + Entity: the entity is worked out once.
 		cr.Entity = g.Entity(req.Args)
+		cr.GuardScope = g.Scope + ":" + cr.Entity
+		cr.GuardHold = g.Hold
 		if norm := g.NormalizeArgs(req.Args); norm != nil {
 			if b, err := json.Marshal(norm); err == nil { // map keys sorted: canonical
 				cr.NormalizedArgs = string(b)

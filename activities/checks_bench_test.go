@@ -42,3 +42,24 @@ func BenchmarkExecuteToolChecks(b *testing.B) {
 		}
 	}
 }
+
+// The claim's guard fields are the guard's own: the scope key ScopeKey
+// gives, and the entity Entity gives, however the args spell the order.
+func TestClaimRequestGuardFieldsAreTheGuards(t *testing.T) {
+	reg, err := demotools.Registry(demotools.SandboxConfig("http://127.0.0.1:9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, _ := reg.Tool(demotools.ApplyRefund)
+	spec := tl.Spec()
+	for _, args := range []string{`{"order_id":"ord_1001","amount_minor":100,"currency":"EUR"}`, `{"order_id":"ORD_1001 ","amount_minor":100,"currency":"EUR"}`} {
+		req := Request{Key: "s:1:1:apply_refund", Tool: demotools.ApplyRefund, Args: json.RawMessage(args)}
+		cr := (&Activities{Tools: reg}).claimRequest(activity.Info{}, req, spec, "exec")
+		if want := spec.Guard.ScopeKey(req.Args); cr.GuardScope != want {
+			t.Errorf("%s: scope %q, the guard's is %q", args, cr.GuardScope, want)
+		}
+		if want := spec.Guard.Entity(req.Args); cr.Entity != want {
+			t.Errorf("%s: entity %q, the guard's is %q", args, cr.Entity, want)
+		}
+	}
+}
