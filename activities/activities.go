@@ -233,11 +233,13 @@ func (a *Activities) claimRequest(info activity.Info, req Request, spec tool.Spe
 		Summary:     storedSummary(req.Summary),
 	}
 	if g := spec.Guard; g != nil {
-		// ScopeKey is Scope + ":" + Entity: the entity is worked out once.
-		cr.Entity = g.Entity(req.Args)
-		cr.GuardScope = g.Scope + ":" + cr.Entity
+		// ScopeKey is Scope + ":" + Entity: the entity and the normalised
+		// args come from one decoding.
+		ent, norm := g.EntityAndArgs(req.Args)
+		cr.Entity = ent
+		cr.GuardScope = g.Scope + ":" + ent
 		cr.GuardHold = g.Hold
-		if norm := g.NormalizeArgs(req.Args); norm != nil {
+		if norm != nil {
 			if b, err := json.Marshal(norm); err == nil { // map keys sorted: canonical
 				cr.NormalizedArgs = string(b)
 			}

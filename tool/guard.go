@@ -88,3 +88,23 @@ func (g *Guard) NormalizeArgs(args json.RawMessage) map[string]any {
 	}
 	return obj
 }
+
+// EntityAndArgs returns Entity(args) and NormalizeArgs(args) from one
+// decoding of args (the ledger's claim needs both).
+func (g *Guard) EntityAndArgs(args json.RawMessage) (string, map[string]any) {
+	obj, err := DecodeObject(args)
+	if err != nil {
+		obj = nil
+	}
+	vals := make([]any, len(g.Fields))
+	for i, f := range g.Fields {
+		v := obj[f]
+		if s, ok := v.(string); ok {
+			v = g.Form.Normalize(s)
+			obj[f] = v
+		}
+		vals[i] = v
+	}
+	b, _ := json.Marshal(vals)
+	return string(b), obj
+}

@@ -87,3 +87,13 @@ func TestRetryAfterOf(t *testing.T) {
 	require.Equal(t, 3*time.Second, tool.RetryAfterOf(err))
 	require.Zero(t, tool.RetryAfterOf(errors.New("plain")))
 }
+
+// EntityAndArgs is Entity and NormalizeArgs from one decoding.
+func TestEntityAndArgsIsEntityAndNormalizeArgs(t *testing.T) {
+	g := &tool.Guard{Scope: "refund-per-order", Fields: []string{"order_id", "sku"}, Form: tool.FoldedEntity}
+	for _, raw := range []string{`{"order_id":"ORD_1 ","sku":7,"x":"y"}`, `{"order_id":"o-1"}`, `[]`, ``, `{"order_id":null}`} {
+		ent, norm := g.EntityAndArgs(json.RawMessage(raw))
+		require.Equal(t, g.Entity(json.RawMessage(raw)), ent, raw)
+		require.Equal(t, g.NormalizeArgs(json.RawMessage(raw)), norm, raw)
+	}
+}
