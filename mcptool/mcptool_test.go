@@ -31,10 +31,7 @@ func template(t *testing.T, js string) *mcptool.Template {
 func filesystem(t *testing.T, d *mcptest.Dropper) (*mcptool.Server, string) {
 	t.Helper()
 	node, script := mcptest.Upstream(t, mcptest.Filesystem)
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := mcptest.Dir(t)
 	s := &mcptool.Server{Name: "filesystem", Command: node, Args: []string{script, dir}}
 	if d != nil {
 		s.WrapConnection = d.Wrap
@@ -160,7 +157,7 @@ func TestNotStartedIsNotSent(t *testing.T) {
 
 func TestMemoryCreateEntitiesOnce(t *testing.T) {
 	node, script := mcptest.Upstream(t, mcptest.Memory)
-	dir := t.TempDir()
+	dir := mcptest.Dir(t)
 	mem := filepath.Join(dir, "memory.jsonl")
 	var d mcptest.Dropper
 	s := &mcptool.Server{Name: "memory", Command: node, Args: []string{script}, Env: []string{"MEMORY_FILE_PATH=" + mem}, WrapConnection: d.Wrap}

@@ -7,6 +7,7 @@ package mcptest
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -178,11 +179,32 @@ func Example(t testing.TB) (src []byte, env map[string]string, dir string) {
 		}
 		s = strings.Replace(s, r[0], r[1], 1)
 	}
-	dir, err = filepath.EvalSymlinks(t.TempDir())
+	dir = Dir(t)
+	env = map[string]string{"NODE": node, "FS_SCRIPT": fsScript, "MEM_SCRIPT": memScript,
+		"AGENTSAGA_FS_ROOT": dir, "AGENTSAGA_MEMORY_FILE": filepath.Join(Dir(t), "memory.jsonl")}
+	return []byte(s), env, dir
+}
+
+// Dir returns a new empty directory for an upstream's files, removed when
+// the test ends. Unlike t.TempDir its path holds no run of digits: the
+// engine refuses arguments that look like card numbers (13 to 19 digits
+// passing Luhn, grouped by any separator, "/" among them), and a random
+// numeric temp name joined to "/001" is one about once in ten.
+func Dir(t testing.TB) string {
+	t.Helper()
+	const letters = "abcdefghijklmnopqrstuvwxyz"
+	name := make([]byte, 12)
+	for i := range name {
+		name[i] = letters[rand.IntN(len(letters))]
+	}
+	base, err := filepath.EvalSymlinks(os.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	env = map[string]string{"NODE": node, "FS_SCRIPT": fsScript, "MEM_SCRIPT": memScript,
-		"AGENTSAGA_FS_ROOT": dir, "AGENTSAGA_MEMORY_FILE": filepath.Join(t.TempDir(), "memory.jsonl")}
-	return []byte(s), env, dir
+	dir := filepath.Join(base, "agentsaga-mcp-"+string(name))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatalf("make a directory for the upstream: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
