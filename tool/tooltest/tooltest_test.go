@@ -298,32 +298,26 @@ func TestRejectionByTheProxy(t *testing.T) {
 
 const childEnv = "TOOLTEST_BROKEN_CHILD"
 
-// TestBrokenToolsChild runs the kit on every broken variant; it runs only
-// as the child process of TestKitCatchesBrokenTools, where it must fail.
-func TestBrokenToolsChild(t *testing.T) {
-	if os.Getenv(childEnv) == "" {
-		t.Skip("skipped: this test runs only as the child process TestKitCatchesBrokenTools starts (with " + childEnv + " set), where its subtests are meant to fail")
-	}
-	for variant := range broken {
-		t.Run(variant, func(t *testing.T) { tooltest.Run(t, harness(t, variant)) })
-	}
-}
-
 // Each broken tool fails the subtest of the promise it breaks: the kit is
 // run on them in a child process (a failing subtest fails its parent, so it
-// cannot run in this one) and the child's -test.v output is read.
+// cannot run in this one) and the child's -test.v output is read. The child
+// is this test again, with childEnv set: it runs the kit on every broken
+// variant, where it must fail.
 func TestKitCatchesBrokenTools(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
-		t.Skip("skipped: this is the child process of TestKitCatchesBrokenTools, which runs only in the parent")
+		for variant := range broken {
+			t.Run(variant, func(t *testing.T) { tooltest.Run(t, harness(t, variant)) })
+		}
+		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenToolsChild$", "-test.v", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKitCatchesBrokenTools$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("the kit passed every broken tool:\n%s", out)
 	}
 	results := map[string]string{} // variant/subtest -> PASS, FAIL or SKIP
-	for _, m := range regexp.MustCompile(`--- (PASS|FAIL|SKIP): TestBrokenToolsChild/([^/\s]+)/(\w+)`).FindAllStringSubmatch(string(out), -1) {
+	for _, m := range regexp.MustCompile(`--- (PASS|FAIL|SKIP): TestKitCatchesBrokenTools/([^/\s]+)/(\w+)`).FindAllStringSubmatch(string(out), -1) {
 		results[m[2]+"/"+m[3]] = m[1]
 	}
 	if len(results) == 0 {
