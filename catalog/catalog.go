@@ -360,35 +360,44 @@ func (b *builder) template(path, src string, sc refScope, requiredOnly bool) tem
 		return t
 	}
 	for _, r := range t.refs() {
-		switch {
-		case r == "key":
-		case strings.HasPrefix(r, "original."):
-			if !sc.reversal {
-				b.p.add(path, "{%s} is only for reversal tools (reverses: TOOL)", r)
-				continue
-			}
-			rest := strings.TrimPrefix(r, "original.")
-			switch {
-			case rest == "external_id" || rest == "key" || rest == "tool":
-			case strings.HasPrefix(rest, "args."):
-				if sc.original != nil && !sc.original[strings.TrimPrefix(rest, "args.")] {
-					b.p.add(path, "{%s} is not an argument of the reversed tool", r)
-				}
-			default:
-				b.p.add(path, "{%s} is not known: use {original.external_id}, {original.key}, {original.tool} or {original.args.NAME}", r)
-			}
-		default:
-			f, ok := sc.args.Field(r)
-			if !ok || sc.reversal {
-				b.p.add(path, "{%s} is not a declared argument", clip(r, 40))
-				continue
-			}
-			if requiredOnly && !f.Required {
-				b.p.add(path, "{%s} is optional: a path may use only required arguments (put it in the query)", r)
-			}
+		f, ok := b.ref(path, r, sc)
+		if ok && requiredOnly && !f.Required {
+			b.p.add(path, "{%s} is optional: a path may use only required arguments (put it in the query)", r)
 		}
 	}
 	return t
+}
+
+// ref checks one template reference r against sc, naming what is wrong at
+// path. It returns the argument an {ARG} reference names, with ok false
+// for any other reference and for one that is not known.
+func (b *builder) ref(path, r string, sc refScope) (tool.Field, bool) {
+	switch {
+	case r == "key":
+	case strings.HasPrefix(r, "original."):
+		if !sc.reversal {
+			b.p.add(path, "{%s} is only for reversal tools (reverses: TOOL)", r)
+			break
+		}
+		rest := strings.TrimPrefix(r, "original.")
+		switch {
+		case rest == "external_id" || rest == "key" || rest == "tool":
+		case strings.HasPrefix(rest, "args."):
+			if sc.original != nil && !sc.original[strings.TrimPrefix(rest, "args.")] {
+				b.p.add(path, "{%s} is not an argument of the reversed tool", r)
+			}
+		default:
+			b.p.add(path, "{%s} is not known: use {original.external_id}, {original.key}, {original.tool} or {original.args.NAME}", r)
+		}
+	default:
+		f, ok := sc.args.Field(r)
+		if !ok || sc.reversal {
+			b.p.add(path, "{%s} is not a declared argument", clip(r, 40))
+			return tool.Field{}, false
+		}
+		return f, true
+	}
+	return tool.Field{}, false
 }
 
 // sendsKey reports whether the template references the key.

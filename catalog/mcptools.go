@@ -380,28 +380,7 @@ func (b *builder) mcpTemplate(path string, v any, sc refScope) *mcptool.Template
 		return nil
 	}
 	for _, r := range t.Refs() {
-		switch {
-		case r == "key":
-		case strings.HasPrefix(r, "original."):
-			if !sc.reversal {
-				b.p.add(path, "{%s} is only for reversal tools (reverses: TOOL)", r)
-				continue
-			}
-			rest := strings.TrimPrefix(r, "original.")
-			switch {
-			case rest == "external_id" || rest == "key" || rest == "tool":
-			case strings.HasPrefix(rest, "args."):
-				if sc.original != nil && !sc.original[strings.TrimPrefix(rest, "args.")] {
-					b.p.add(path, "{%s} is not an argument of the reversed tool", r)
-				}
-			default:
-				b.p.add(path, "{%s} is not known: use {original.external_id}, {original.key}, {original.tool} or {original.args.NAME}", r)
-			}
-		default:
-			if _, ok := sc.args.Field(r); !ok || sc.reversal {
-				b.p.add(path, "{%s} is not a declared argument", clip(r, 40))
-			}
-		}
+		b.ref(path, r, sc)
 	}
 	return t
 }
