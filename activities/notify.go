@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -9,8 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -19,8 +16,10 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/httptool"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/redact"
+	"github.com/agentsaga/agentsaga/tool"
 )
 
 // NotifyName is the activity that tells people about a question.
@@ -123,66 +122,50 @@ func (a *Activities) Notify(ctx context.Context, req NotifyRequest) (NotifyResul
 	if err != nil {
 		return res, err
 	}
-	status, sendErr := w.post(ctx, req.Key, body)
+	// httptool tells a post that never left from one that may have
+	// arrived, and never lets net/http resend it on its own.
+	sendErr := w.post(ctx, req.Key, body)
 	done := ledger.Completion{Key: req.Key, Executor: executor, Status: ledger.Succeeded}
-	var notSent *notSentError
-	switch {
-	case errors.As(sendErr, &notSent):
-		done.Status = ledger.Pending // provably not sent: the next attempt claims it again
-	case sendErr != nil:
-		done.Status = ledger.Unknown // it may have arrived: not sent again
-	case status >= 300:
-		done.Status, done.ErrorCode = ledger.FailedFinal, "http_"+strconv.Itoa(status)
+	if sendErr != nil {
+		kind := tool.KindOf(sendErr)
+		done.Status, done.ErrorCode = ledgerStatus(kind), string(kind)+":"+tool.CodeOf(sendErr)
 	}
 	if _, err := a.Ledger.Complete(ctx, done); err != nil {
 		return res, fmt.Errorf("record notification %s: %w", req.Key, err)
 	}
 	switch done.Status {
+	case ledger.Succeeded:
+		return res, nil
 	case ledger.Pending:
-		return res, fmt.Errorf("webhook not reached (nothing sent; tried again): %w", sendErr)
-	case ledger.Unknown:
-		return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("webhook did not answer; the notification may have arrived and is not sent again: %v", redact.String(sendErr.Error())), "NotifyUnknown", nil)
+		return res, fmt.Errorf("webhook not reached (nothing was processed; tried again): %w", sendErr)
 	case ledger.FailedFinal:
-		return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("webhook refused the notification with HTTP %d: check its URL and secret", status), "NotifyRefused", nil)
+		return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("webhook refused the notification (check its URL and secret): %v", sendErr), "NotifyRefused", nil)
 	}
-	return res, nil
+	return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("webhook did not answer; the notification may have arrived and is not sent again: %v", sendErr), "NotifyUnknown", nil)
 }
 
-// notSentError is a post that provably never reached the webhook.
-type notSentError struct{ err error }
-
-func (e *notSentError) Error() string { return e.err.Error() }
-func (e *notSentError) Unwrap() error { return e.err }
-
-// post signs and sends body; a refused connection is a notSentError.
-func (w *Webhook) post(ctx context.Context, key string, body []byte) (int, error) {
+// post signs body and sends it to the webhook under key.
+func (w *Webhook) post(ctx context.Context, key string, body []byte) error {
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	mac := hmac.New(sha256.New, w.Secret)
-	mac.Write([]byte(ts + "."))
-	mac.Write(body)
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
-	if err != nil {
-		return 0, &notSentError{err}
-	}
-	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set(HeaderEventID, key)
-	r.Header.Set(HeaderTimestamp, ts)
-	r.Header.Set(HeaderSignature, "sha256="+hex.EncodeToString(mac.Sum(nil)))
 	hc := w.Client
 	if hc == nil {
 		hc = &http.Client{Timeout: 10 * time.Second}
 	}
-	resp, err := hc.Do(r)
-	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return 0, &notSentError{err}
-		}
-		return 0, err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return resp.StatusCode, nil
+	c := httptool.New(w.URL, hc)
+	_, err := c.Raw(ctx, httptool.Request{Method: http.MethodPost, Key: key, Body: json.RawMessage(body), Header: http.Header{
+		HeaderEventID:   {key},
+		HeaderTimestamp: {ts},
+		HeaderSignature: {sign(w.Secret, ts, body)},
+	}})
+	return err
+}
+
+// sign is the signature of body at timestamp ts with secret.
+func sign(secret []byte, ts string, body []byte) string {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(ts + "."))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
 func (w *Webhook) link(workflowID string) string {
@@ -215,11 +198,7 @@ func VerifyWebhook(secret []byte, timestamp, signature string, body []byte, now 
 	if age := now.Sub(time.Unix(sec, 0)); age > maxAge || age < -maxAge {
 		return fmt.Errorf("notification signed %v ago, more than %v: refuse it (a replay?)", age.Round(time.Second), maxAge)
 	}
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(timestamp + "."))
-	mac.Write(body)
-	want := "sha256=" + hex.EncodeToString(mac.Sum(nil))
-	if !hmac.Equal([]byte(want), []byte(signature)) {
+	if !hmac.Equal([]byte(sign(secret, timestamp, body)), []byte(signature)) {
 		return errors.New("signature does not match: wrong secret, or the body was changed")
 	}
 	return nil

@@ -116,6 +116,8 @@ type Request struct {
 	Key string
 	// Body is encoded as JSON when not nil. A json.RawMessage is sent as is.
 	Body any
+	// Header holds further headers, sent as given (a signature, say).
+	Header http.Header
 }
 
 // StatusError is a provider's answer other than 2xx.
@@ -232,6 +234,9 @@ func (c *Client) do(ctx context.Context, req Request) (json.RawMessage, error) {
 	// the package doc).
 	hreq.GetBody = nil
 	hreq.Header.Set("Accept", "application/json")
+	for name, vs := range req.Header {
+		hreq.Header[name] = vs
+	}
 	if req.Key != "" {
 		// Stored under the lower-case name, which the wire carries the same
 		// (header names are case-insensitive): net/http resends, on its
