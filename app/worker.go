@@ -22,6 +22,7 @@ import (
 	"github.com/agentsaga/agentsaga/catalog"
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/config"
+	"github.com/agentsaga/agentsaga/internal/cli"
 	"github.com/agentsaga/agentsaga/internal/version"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/operators"
@@ -113,7 +114,7 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	notifyURL := fs.String("notify-url", os.Getenv(envNotifyURL), "POST a signed JSON notification (Slack-compatible) here when a question opens, ages past --notify-after, and is decided or expires; at most once per event (env "+envNotifyURL+")")
 	notifySecret := fs.String("notify-secret-file", os.Getenv(envNotifySecretFile), "the file holding the secret that signs notifications (HMAC-SHA256, at least 16 bytes; env "+envNotifySecretFile+"); required with --notify-url")
 	notifyAfter := fs.Duration("notify-after", 30*time.Minute, "notify again when a question is still open this long after it opened; 0 turns it off (env "+envNotifyAfter+")")
-	uiURL := fs.String("ui-url", os.Getenv(envUIURL), "the Temporal Web UI's base URL, for the links in notifications (env "+envUIURL+")")
+	uiURL := fs.String("ui-url", os.Getenv(config.EnvUIURL), "the Temporal Web UI's base URL, for the links in notifications (env "+config.EnvUIURL+")")
 	verbose := fs.Bool("v", false, "log every tool call")
 	showVersion := fs.Bool("version", false, "print which agentsaga this is and exit")
 	if err := fs.Parse(args); err != nil {
@@ -172,7 +173,7 @@ func Worker(ctx context.Context, args []string, o Options) error {
 		log.Info("decisions must be signed", "operators", ring.Names())
 	}
 
-	if v := os.Getenv(envNotifyAfter); v != "" && !flagSet(fs, "notify-after") {
+	if v := os.Getenv(envNotifyAfter); v != "" && !cli.FlagGiven(fs, "notify-after") {
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			return UsageError{fmt.Errorf("%s=%q is not a duration such as 30m", envNotifyAfter, redact.String(v))}
@@ -344,7 +345,6 @@ const (
 	envNotifyURL        = "AGENTSAGA_NOTIFY_URL"
 	envNotifySecretFile = "AGENTSAGA_NOTIFY_SECRET_FILE"
 	envNotifyAfter      = "AGENTSAGA_NOTIFY_AFTER"
-	envUIURL            = "AGENTSAGA_UI_URL"
 )
 
 // minNotifySecret is the shortest secret that signs notifications.
@@ -380,11 +380,4 @@ func webhook(rawURL, secretFile string, after time.Duration, uiURL, namespace st
 		return nil, errors.New("--notify-after must not be negative (0 turns the reminder off)")
 	}
 	return &activities.Webhook{URL: rawURL, Secret: secret, After: after, UIURL: strings.TrimRight(uiURL, "/"), Namespace: namespace}, nil
-}
-
-// flagSet reports whether the command line set flag name.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }

@@ -31,17 +31,19 @@ const (
 	// EnvAllowUnverified=true lets a worker outside --dev run without an
 	// operators file, accepting typed names as unverified decisions.
 	EnvAllowUnverified = "AGENTSAGA_ALLOW_UNVERIFIED_DECISIONS"
-	EnvNamespace       = "TEMPORAL_NAMESPACE"
-	EnvAPIKey          = "TEMPORAL_API_KEY"
-	EnvTLS             = "TEMPORAL_TLS"
-	EnvTLSCert         = "TEMPORAL_TLS_CLIENT_CERT_PATH"
-	EnvTLSKey          = "TEMPORAL_TLS_CLIENT_KEY_PATH"
-	EnvTLSCA           = "TEMPORAL_TLS_SERVER_CA_CERT_PATH"
-	EnvTLSServer       = "TEMPORAL_TLS_SERVER_NAME"
-	EnvTaskQueue       = "AGENTSAGA_TASK_QUEUE"
-	EnvLedger          = "AGENTSAGA_LEDGER"
-	EnvSandboxURL      = "AGENTSAGA_SANDBOX_URL"
-	EnvDataDir         = "AGENTSAGA_DATA_DIR"
+	// EnvUIURL is the Temporal Web UI's base URL, for links.
+	EnvUIURL      = "AGENTSAGA_UI_URL"
+	EnvNamespace  = "TEMPORAL_NAMESPACE"
+	EnvAPIKey     = "TEMPORAL_API_KEY"
+	EnvTLS        = "TEMPORAL_TLS"
+	EnvTLSCert    = "TEMPORAL_TLS_CLIENT_CERT_PATH"
+	EnvTLSKey     = "TEMPORAL_TLS_CLIENT_KEY_PATH"
+	EnvTLSCA      = "TEMPORAL_TLS_SERVER_CA_CERT_PATH"
+	EnvTLSServer  = "TEMPORAL_TLS_SERVER_NAME"
+	EnvTaskQueue  = "AGENTSAGA_TASK_QUEUE"
+	EnvLedger     = "AGENTSAGA_LEDGER"
+	EnvSandboxURL = "AGENTSAGA_SANDBOX_URL"
+	EnvDataDir    = "AGENTSAGA_DATA_DIR"
 	// EnvOperators names the operators file (see package operators).
 	EnvOperators = "AGENTSAGA_OPERATORS"
 	// EnvMetricsAddr is where the worker serves Prometheus metrics.

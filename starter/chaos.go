@@ -62,7 +62,7 @@ func cmdChaos(ctx context.Context, args []string, stdin io.Reader, out io.Writer
 		return usageErr("chaos: --concurrency %d: let at least 1 plan run", *concurrency)
 	}
 	var cluster *chaos.Cluster
-	if given(fs, "address") {
+	if cli.FlagGiven(fs, "address") {
 		if *ledgerDSN == "" || *sandboxURL == "" {
 			return usageErr("chaos: --address runs on your cluster and needs --ledger (the ledger its workers share) and --sandbox-url (a running `starter sandbox serve`)")
 		}
@@ -152,11 +152,4 @@ func joinCounts(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
-}
-
-// given reports whether the command line set flag name.
-func given(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }

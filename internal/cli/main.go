@@ -334,3 +334,11 @@ func Subcommands(group string, args []string, out io.Writer, names ...string) (s
 
 // EnvOr is the environment variable name, or def when it is empty.
 func EnvOr(name, def string) string { return envOr(name, def) }
+
+// FlagGiven reports whether the command line set flag name (not only its
+// default).
+func FlagGiven(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

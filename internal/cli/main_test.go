@@ -208,7 +208,7 @@ func TestRunMintsARequestIDOnlyWhenThePlanHasNone(t *testing.T) {
 }
 
 func TestUILinkDefaultsToTheDevUIPort(t *testing.T) {
-	t.Setenv(envUIURL, "")
+	t.Setenv(config.EnvUIURL, "")
 	var c conn
 	fs := newFlagSet("status")
 	c.register(fs)
@@ -217,7 +217,7 @@ func TestUILinkDefaultsToTheDevUIPort(t *testing.T) {
 	require.Equal(t, 8233, config.DefaultUIPort)
 	require.Equal(t, "http://127.0.0.1:8233/namespaces/default/workflows/agent-plan:s:1", c.link("agent-plan:s:1"))
 
-	t.Setenv(envUIURL, "https://temporal.example.com/")
+	t.Setenv(config.EnvUIURL, "https://temporal.example.com/")
 	var e conn
 	fs = newFlagSet("status")
 	e.register(fs)

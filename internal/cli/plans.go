@@ -30,8 +30,6 @@ import (
 
 // Environment variables the starter reads besides config's.
 const (
-	// envUIURL is the Temporal Web UI base URL, for links.
-	envUIURL = "AGENTSAGA_UI_URL"
 	// envOperatorKey is the operator's private key file, for signing.
 	envOperatorKey = "AGENTSAGA_OPERATOR_KEY"
 )
@@ -56,7 +54,7 @@ func (c *conn) register(fs *flag.FlagSet) {
 		c.tools = append(c.tools, v)
 		return nil
 	})
-	fs.StringVar(&c.uiURL, "ui-url", envOr(envUIURL, defaultUIURL), "Temporal Web UI base URL, for links (env "+envUIURL+"; worker --dev serves it on --ui-port)")
+	fs.StringVar(&c.uiURL, "ui-url", envOr(config.EnvUIURL, defaultUIURL), "Temporal Web UI base URL, for links (env "+config.EnvUIURL+"; worker --dev serves it on --ui-port)")
 	fs.BoolVar(&c.json, "json", false, "print JSON (errors too, on standard error)")
 }
 
