@@ -29,6 +29,8 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	phases := fs.Int("phases", 50, "sequential one-step plans per side split into phases by their event times (0 skips them)")
 	durable := fs.Bool("durable", false, "keep Temporal, the sandbox providers and the ledger on files in a temporary directory (each commit fsynced), as a production server would; default: Temporal and the providers in memory, the ledger on a file")
 	postgres := fs.String("postgres", "", "also measure the ledger on this PostgreSQL DSN (rows are left under keys bench:...)")
+	cpuprofile := fs.String("cpuprofile", "", "write each side's CPU profile at each shape and concurrency into this directory (agentsaga-3steps-c10.pprof, plain-3steps-c10.pprof; read with go tool pprof)")
+	noSplit := fs.Bool("no-cpu-split", false, "do not profile the batches to split each side's CPU by component")
 	pos, err := parse(fs, args, out)
 	if err != nil {
 		return err
@@ -37,7 +39,15 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 		return usageErr("bench: takes no arguments (see starter bench --help)")
 	}
 	o := bench.Options{Rounds: *rounds, PlansPerBatch: *plans, WaitingPlans: skip(*waiting), DuplicateStarts: skip(*starts),
-		LedgerOps: skip(*ledgerOps), PhasePlans: skip(*phases), PostgresDSN: *postgres}
+		LedgerOps: skip(*ledgerOps), PhasePlans: skip(*phases), PostgresDSN: *postgres, NoCPUSplit: *noSplit, ProfileDir: *cpuprofile}
+	if *cpuprofile != "" && *noSplit {
+		return usageErr("bench: --cpuprofile needs the batches profiled: drop --no-cpu-split")
+	}
+	if *cpuprofile != "" {
+		if err := os.MkdirAll(*cpuprofile, 0o755); err != nil {
+			return fmt.Errorf("bench: --cpuprofile %s: %w", *cpuprofile, err)
+		}
+	}
 	if *rounds < 1 || *plans < 0 {
 		return usageErr("bench: --rounds must be at least 1 and --plans not negative")
 	}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
 
@@ -62,6 +63,14 @@ type Options struct {
 	// PostgresDSN, when set, measures the ledger on that PostgreSQL
 	// database too (rows under keys bench:<nanos>:..., left in place).
 	PostgresDSN string
+	// NoCPUSplit turns off the CPU profile of each batch that splits a
+	// side's CPU time by component (Side.CPUMsPerPlanBy). The profiler
+	// samples 100 times a second on both sides alike.
+	NoCPUSplit bool
+	// ProfileDir, when set, receives each side's CPU profile at each shape
+	// and concurrency, its rounds merged (agentsaga-3steps-c10.pprof,
+	// plain-3steps-c10.pprof), for `go tool pprof`.
+	ProfileDir string
 	// Logger receives progress lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -168,7 +177,13 @@ type Side struct {
 	// CPUMsPerPlan is the process's CPU time (user+system) per plan over
 	// the side's batches: the server, the worker and the client together.
 	CPUMsPerPlan float64 `json:"cpu_ms_per_plan"`
-	Errors       int     `json:"errors"`
+	// CPUMsPerPlanBy splits CPUMsPerPlan's profiled share by component
+	// (see Components): the CPU profile of the side's batches, each
+	// sample charged to the first component any frame of its stack
+	// belongs to. Profiled time is within a few per cent of the rusage
+	// figure; compare components across sides, not with CPUMsPerPlan.
+	CPUMsPerPlanBy map[string]float64 `json:"cpu_ms_per_plan_by,omitempty"`
+	Errors         int                `json:"errors"`
 }
 
 // Ratios are agentsaga / plain.
@@ -355,6 +370,8 @@ type runner struct {
 	// every finished workflow of the levels, per side (true: agentsaga),
 	// for the workflow-task health check.
 	all map[bool][]sagaclient.Run
+	// profileOff is set when a batch could not start a CPU profile.
+	profileOff bool
 }
 
 func (r *runner) next() int64 {
@@ -369,6 +386,10 @@ type batchResult struct {
 	total, start []time.Duration
 	wall, cpu    time.Duration
 	errors       int
+	// cpuBy is the batch's profiled CPU by component; nil when off.
+	cpuBy map[string]time.Duration
+	// prof is the batch's CPU profile, kept when Options.ProfileDir asks.
+	prof *profile.Profile
 }
 
 func (r *runner) level(ctx context.Context, steps, conc int) (Level, error) {
@@ -402,6 +423,12 @@ func (r *runner) level(ctx context.Context, steps, conc int) (Level, error) {
 			"agentsaga_plans_per_sec", round2(ta), "plain_plans_per_sec", round2(tp))
 	}
 	lv := Level{Concurrency: conc, Agentsaga: side(a, median(aTP)), Plain: side(p, median(pTP)), RoundThroughputRatios: rounds}
+	if err := writeProfile(r.o.ProfileDir, profileName(true, steps, conc), a.prof); err != nil {
+		return Level{}, err
+	}
+	if err := writeProfile(r.o.ProfileDir, profileName(false, steps, conc), p.prof); err != nil {
+		return Level{}, err
+	}
 	lv.Ratio = Ratios{
 		Throughput: ratio(lv.Agentsaga.PlansPerSec, lv.Plain.PlansPerSec),
 		P50:        ratio(lv.Agentsaga.Latency.P50Ms, lv.Plain.Latency.P50Ms),
@@ -421,6 +448,20 @@ func merge(a, b batchResult) batchResult {
 	a.wall += b.wall
 	a.cpu += b.cpu
 	a.errors += b.errors
+	if b.cpuBy != nil {
+		if a.cpuBy == nil {
+			a.cpuBy = map[string]time.Duration{}
+		}
+		for c, d := range b.cpuBy {
+			a.cpuBy[c] += d
+		}
+	}
+	if b.prof != nil {
+		m, err := mergeProfiles(a.prof, b.prof)
+		if err == nil {
+			a.prof = m
+		}
+	}
 	return a
 }
 
@@ -428,6 +469,7 @@ func side(b batchResult, perSec float64) Side {
 	s := Side{Plans: len(b.total), PlansPerSec: round2(perSec), Latency: dist(b.total), Start: dist(b.start), Errors: b.errors}
 	if n := len(b.total) + b.errors; n > 0 {
 		s.CPUMsPerPlan = round(float64(b.cpu)/float64(time.Millisecond)/float64(n), 2)
+		s.CPUMsPerPlanBy = perPlan(b.cpuBy, n)
 	}
 	return s
 }
@@ -442,6 +484,13 @@ func (r *runner) batch(ctx context.Context, steps, conc, n int, agentsaga bool) 
 		// the first error, kept to report if every plan failed
 		firstErr error
 	)
+	var pr profiler
+	if !r.o.NoCPUSplit && !r.profileOff {
+		if err := pr.start(); err != nil {
+			r.profileOff = true
+			r.o.Logger.Warn(err.Error())
+		}
+	}
 	cpu0 := cpuTime()
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
@@ -472,6 +521,18 @@ func (r *runner) batch(ctx context.Context, steps, conc, n int, agentsaga bool) 
 	wg.Wait()
 	out.wall = time.Since(t0)
 	out.cpu = cpuTime() - cpu0
+	p, err := pr.stop()
+	if err != nil {
+		return out, err
+	}
+	if p != nil {
+		if out.cpuBy, err = split(p); err != nil {
+			return out, err
+		}
+		if r.o.ProfileDir != "" {
+			out.prof = p
+		}
+	}
 	if ctx.Err() != nil {
 		return out, fmt.Errorf("bench: %w", ctx.Err())
 	}

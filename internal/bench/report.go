@@ -90,6 +90,7 @@ func PrintTable(w io.Writer, rep Report) {
 				l.Agentsaga.CPUMsPerPlan, l.Plain.CPUMsPerPlan)
 		}
 	}
+	printCPUSplit(w, rep)
 	if len(rep.History) > 0 {
 		fmt.Fprintf(w, "\nhistory per plan        %-10s %7s %8s %10s %10s\n", "side", "events", "bytes", "ev/step", "B/step")
 		for _, h := range rep.History {
@@ -152,6 +153,34 @@ func PrintTable(w io.Writer, rep Report) {
 				mark = "NOT MET"
 			}
 			fmt.Fprintf(w, "  %s %-44s want %-30s got %s\n", mark, t.Name, t.Want, t.Got)
+		}
+	}
+}
+
+// printCPUSplit prints where each side's CPU goes per plan, by component,
+// at each shape and concurrency, with agentsaga's extra per component.
+func printCPUSplit(w io.Writer, rep Report) {
+	header := false
+	for _, s := range rep.Shapes {
+		for _, l := range s.Levels {
+			a, p := l.Agentsaga.CPUMsPerPlanBy, l.Plain.CPUMsPerPlanBy
+			if a == nil || p == nil {
+				continue
+			}
+			if !header {
+				fmt.Fprintf(w, "\nwhere the CPU goes, ms per plan (profiled; a / p, then agentsaga's extra)\n")
+				fmt.Fprintf(w, "  %-16s %4s", "shape", "conc")
+				for _, c := range Components {
+					fmt.Fprintf(w, " | %-19s", c)
+				}
+				fmt.Fprintln(w)
+				header = true
+			}
+			fmt.Fprintf(w, "  %-16s %4d", s.Name, l.Concurrency)
+			for _, c := range Components {
+				fmt.Fprintf(w, " | %5.2f/%5.2f %+6.2f", a[c], p[c], a[c]-p[c])
+			}
+			fmt.Fprintln(w)
 		}
 	}
 }
