@@ -39,7 +39,10 @@ func (l *ledgerFlags) register(fs *flag.FlagSet) {
 // resolve returns the DSN to open; a SQLite ledger must exist already, so a
 // wrong directory is reported instead of creating an empty ledger.
 func (l *ledgerFlags) resolve() (string, error) {
-	dsn := config.LedgerDSN(l.dsn)
+	dsn, err := config.LedgerDSN(l.dsn)
+	if err != nil {
+		return "", usageErr("%v", err)
+	}
 	if dsn == "" {
 		dsn = config.DefaultLedger(l.dataDir)
 	}
