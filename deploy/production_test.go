@@ -43,7 +43,7 @@ func TestComposeNoSecretInEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"postgres_password", "temporal_db_password", "ledger_password", "ledger_dsn", "codec_keys", "codec_token", "grafana_admin_password"} {
+	for _, s := range []string{"postgres_password", "temporal_db_password", "ledger_owner_password", "ledger_app_password", "ledger_owner_dsn", "ledger_dsn", "codec_keys", "codec_token", "grafana_admin_password"} {
 		sec, ok := p.Secrets[s]
 		if !ok || sec.File == "" {
 			t.Errorf("top-level secret %s is missing or not file-based (%+v)", s, sec)
@@ -209,10 +209,32 @@ func TestComposeDatabaseRoles(t *testing.T) {
 		"CREATE ROLE temporal LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE",
 		"CREATE DATABASE temporal OWNER temporal", "CREATE DATABASE temporal_visibility OWNER temporal",
 		"CREATE ROLE agentsaga LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE", "CREATE DATABASE agentsaga OWNER agentsaga",
-		"/run/secrets/temporal_db_password", "/run/secrets/ledger_password",
+		"CREATE ROLE agentsaga_app LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE", "GRANT CONNECT ON DATABASE agentsaga TO agentsaga_app",
+		"/run/secrets/temporal_db_password", "/run/secrets/ledger_owner_password", "/run/secrets/ledger_app_password",
 	} {
 		if !strings.Contains(sql, want) {
 			t.Errorf("init-roles.sh lacks %q", want)
+		}
+	}
+	// The ledger's owner migrates and grants; the workers run as the
+	// runtime role and wait for the migration.
+	lm, ok := p.Services["ledger-migrate"]
+	if !ok {
+		t.Fatalf("the ledger-migrate job is missing")
+	}
+	if got := strings.Join(lm.Command, " "); got != "ledger migrate --grant-runtime agentsaga_app" || lm.Image != "agentsaga:local" {
+		t.Errorf("ledger-migrate runs %q on %s, want starter ledger migrate --grant-runtime agentsaga_app on the product's image", got, lm.Image)
+	}
+	if v := lm.Environment[config.EnvLedgerFile]; v == nil || *v != secretsDir+"ledger_owner_dsn" {
+		t.Errorf("ledger-migrate must connect with the owner's DSN (secret ledger_owner_dsn)")
+	}
+	w := p.Services["worker"]
+	if d, ok := w.DependsOn["ledger-migrate"]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
+		t.Errorf("worker must wait for ledger-migrate to complete")
+	}
+	for _, s := range w.Secrets {
+		if s.Source == "ledger_owner_dsn" || s.Source == "ledger_owner_password" {
+			t.Errorf("worker mounts %s: the workers run as agentsaga_app, never the ledger's owner", s.Source)
 		}
 	}
 	for _, svc := range []string{"postgres", "temporal", "temporal-schema"} {

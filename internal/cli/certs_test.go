@@ -5,16 +5,19 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"database/sql"
 	"encoding/base64"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/codec"
@@ -98,4 +101,44 @@ func TestClusterCertsAndCodecHTTPS(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 	require.Error(t, err, "a client that does not trust the CA must refuse the certificate")
+}
+
+// ledger migrate refuses a SQLite DSN (the worker migrates those), and on
+// PostgreSQL migrates a fresh schema as its owner and grants a runtime role.
+func TestLedgerMigrate(t *testing.T) {
+	t.Setenv("AGENTSAGA_LEDGER", "")
+	t.Setenv("AGENTSAGA_LEDGER_FILE", "")
+	err := run(context.Background(), []string{"ledger", "migrate", "--ledger", "sqlite:" + filepath.Join(t.TempDir(), "l.db")}, nil, &bytes.Buffer{})
+	require.Equal(t, 2, report(&bytes.Buffer{}, err, false))
+	require.ErrorContains(t, err, "postgres://")
+
+	base := "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	db, err := sql.Open("pgx", base)
+	require.NoError(t, err)
+	defer db.Close()
+	if err := db.Ping(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL at %s: %v; CI=true requires it", base, err)
+		}
+		t.Skipf("PostgreSQL unavailable at %s: %v", base, err)
+	}
+	sfx := strconv.FormatInt(time.Now().UnixNano(), 36)
+	schema, role := "climigrate_"+sfx, "cliapp_"+sfx
+	for _, q := range []string{`CREATE SCHEMA ` + schema, `CREATE ROLE ` + role} {
+		_, err := db.Exec(q)
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		_, _ = db.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
+		_, _ = db.Exec(`DROP ROLE ` + role)
+	})
+	var out bytes.Buffer
+	dsn := base + "&search_path=" + schema
+	require.NoError(t, run(context.Background(), []string{"ledger", "migrate", "--ledger", dsn, "--grant-runtime", role}, nil, &out))
+	require.Contains(t, out.String(), "schema version 0 -> ")
+	var may bool
+	require.NoError(t, db.QueryRow(`SELECT has_table_privilege($1, $2, 'UPDATE')`, role, schema+".decisions").Scan(&may))
+	require.False(t, may, "the runtime role may update the audit trail")
+	require.NoError(t, db.QueryRow(`SELECT has_table_privilege($1, $2, 'INSERT')`, role, schema+".decisions").Scan(&may))
+	require.True(t, may, "the runtime role may not append to the audit trail")
 }
