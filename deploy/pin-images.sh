@@ -16,7 +16,7 @@ files=(docker-compose.yml Dockerfile)
 marker='# pin with deploy/pin-images.sh'
 
 unpinned() {
-  grep -nE "(image: .*\\\$\{[A-Z_]+:-[^}@]+\}|^FROM [^ @]+( |$))" "${files[@]}" | grep -v '@sha256:' || true
+  grep -nE "(image: .*\\\$\{[A-Z_]+_IMAGE:-[^}@]+\}|^FROM [^ @]+( |$))" "${files[@]}" | grep -v '@sha256:' || true
 }
 
 if [ "${1:-}" = "--check" ]; then
@@ -32,13 +32,12 @@ digest() {
   docker buildx imagetools inspect "$1" --format '{{json .Manifest}}' \
     | sed -n 's/.*"digest":"\(sha256:[0-9a-f]\{64\}\)".*/\1/p' | head -n1
 }
-# compose: ${VAR:-repo:tag}
-for ref in $(grep -oE "\\\$\{[A-Z_]+:-[^}@]+\}" docker-compose.yml | sed -E 's/^\$\{[A-Z_]+:-//; s/\}$//' | sort -u); do
-  case "$ref" in agentsaga:*) continue ;; esac
+# compose: image: ${NAME_IMAGE:-repo:tag}
+for ref in $(sed -nE 's/^[[:space:]]*image:[[:space:]]*\$\{[A-Z_]+_IMAGE:-([^}@]+)\}.*/\1/p' docker-compose.yml | sort -u); do
   d=$(digest "$ref"); [ -n "$d" ] || { echo "pin-images: no digest for $ref" >&2; exit 1; }
   echo "$ref -> $d"
   esc=$(printf '%s' "$ref" | sed 's/[.[\/*^$]/\\&/g')
-  sed -i -E "s|(\\\$\{[A-Z_]+:-)${esc}\}( *${marker})?|\1${ref}@${d}}|" docker-compose.yml
+  sed -i -E "/^[[:space:]]*image:/ s|(\\\$\{[A-Z_]+_IMAGE:-)${esc}\}( *${marker})?|\1${ref}@${d}}|" docker-compose.yml
 done
 # Dockerfile: FROM repo:tag [AS name]
 for ref in $(sed -nE 's/^FROM ([^ @]+).*/\1/p' Dockerfile | sort -u); do

@@ -2,7 +2,9 @@ package deploy_test
 
 import (
 	"bufio"
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/agentsaga/agentsaga/config"
@@ -466,5 +469,77 @@ func TestAlertRules(t *testing.T) {
 	}
 	if got := time.Duration(secs) * time.Second; got <= longest {
 		t.Errorf("AgentSagaUnknownPastWindow fires after %v, within the longest reconcile window %v: it would page on outcomes still being reconciled", got, longest)
+	}
+}
+
+// TestPinImagesScript runs deploy/pin-images.sh on a copy of the files with
+// a stand-in `docker` that answers every `buildx imagetools inspect` with
+// one digest: afterwards every pulled image carries it, the built image is
+// untouched, the file still loads, and --check passes (it fails before).
+func TestPinImagesScript(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skipf("bash is not installed: %v", err)
+	}
+	dir := t.TempDir()
+	for _, f := range []string{"docker-compose.yml", "Dockerfile", "deploy/pin-images.sh"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	bin := t.TempDir()
+	fake := "#!/bin/sh\necho '{\"mediaType\":\"application/vnd.oci.image.index.v1+json\",\"digest\":\"" + digest + "\",\"size\":1}'\n"
+	if err := os.WriteFile(filepath.Join(bin, "docker"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(bash, append([]string{filepath.Join(dir, "deploy/pin-images.sh")}, args...)...)
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("--check"); err == nil {
+		t.Errorf("--check passed on tag-only images: %s", out)
+	}
+	if out, err := run(); err != nil {
+		t.Fatalf("pin-images.sh: %v\n%s", err, out)
+	}
+	compose, _ := os.ReadFile(filepath.Join(dir, "docker-compose.yml"))
+	for _, line := range strings.Split(string(compose), "\n") {
+		m := imageLine.FindStringSubmatch(line)
+		if m == nil || m[1] == "agentsaga:local" {
+			continue
+		}
+		if !strings.HasSuffix(m[1], "@"+digest+"}") {
+			t.Errorf("after pinning: %q", strings.TrimSpace(line))
+		}
+	}
+	docker, _ := os.ReadFile(filepath.Join(dir, "Dockerfile"))
+	for _, line := range strings.Split(string(docker), "\n") {
+		if strings.HasPrefix(line, "FROM ") && !strings.Contains(line, "@"+digest) {
+			t.Errorf("after pinning: %q", line)
+		}
+	}
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(dir, "docker-compose.yml")}, cli.WithWorkingDirectory(dir), cli.WithEnv(secrets))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("the pinned file does not load: %v", err)
+	}
+	if img := p.Services["temporal"].Image; img != "temporalio/server:1.32.1@"+digest {
+		t.Errorf("temporal image after pinning = %q", img)
+	}
+	if out, err := run("--check"); err != nil {
+		t.Errorf("--check after pinning: %v\n%s", err, out)
 	}
 }
