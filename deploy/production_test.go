@@ -543,3 +543,76 @@ func TestPinImagesScript(t *testing.T) {
 		t.Errorf("--check after pinning: %v\n%s", err, out)
 	}
 }
+
+// TestComposeStepsInOrder: the header of docker-compose.yml and the
+// README's compose steps set AGENTSAGA_OPERATORS_FILE before the first
+// compose command (every one interpolates it), make every secret file the
+// file names, give each an owner, and run the certs job before `up`.
+func TestComposeStepsInOrder(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var header []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			break
+		}
+		header = append(header, strings.TrimPrefix(l, "#"))
+	}
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := string(readme)
+	i := strings.Index(rs, "With `docker compose`")
+	if i < 0 {
+		t.Fatalf("README has no compose steps (\"With `docker compose`\")")
+	}
+	block := rs[i:]
+	if j := strings.Index(block, "```sh"); j >= 0 {
+		block = block[j:]
+		if k := strings.Index(block[5:], "```"); k >= 0 {
+			block = block[:k+5]
+		}
+	}
+	p := allProfiles(t)
+	for name, steps := range map[string]string{"docker-compose.yml header": strings.Join(header, "\n"), "README": block} {
+		first := func(s string) int {
+			for n, l := range strings.Split(steps, "\n") {
+				if strings.Contains(l, s) && !strings.HasPrefix(strings.TrimSpace(l), "# ") {
+					return n
+				}
+			}
+			return -1
+		}
+		op, compose, certs, up := first("export AGENTSAGA_OPERATORS_FILE="), first("docker compose"), first("docker compose run --rm certs"), first("docker compose up -d")
+		if op < 0 || compose < 0 || op > compose {
+			t.Errorf("%s: export AGENTSAGA_OPERATORS_FILE (line %d) must come before the first docker compose command (line %d)", name, op, compose)
+		}
+		if certs < 0 || up < 0 || certs > up {
+			t.Errorf("%s: docker compose run --rm certs (line %d) must come before docker compose up -d (line %d)", name, certs, up)
+		}
+		for _, s := range p.Secrets {
+			base := filepath.Base(s.File)
+			if strings.Contains(s.File, string(filepath.Separator)+"tls"+string(filepath.Separator)) {
+				continue // made by the certs job
+			}
+			made, owned := false, false
+			for _, l := range strings.Split(steps, "\n") {
+				if strings.Contains(l, "chown") && strings.Contains(l, "secrets/"+base) {
+					owned = true
+				}
+				if !strings.Contains(l, "chown") && !strings.Contains(l, "chmod") && strings.Contains(l, base) {
+					made = true
+				}
+			}
+			if !made {
+				t.Errorf("%s: no step makes secrets/%s", name, base)
+			}
+			if !owned {
+				t.Errorf("%s: no chown gives secrets/%s to the user its container reads it as", name, base)
+			}
+		}
+	}
+}
