@@ -6,6 +6,7 @@
 #   docker run agentsaga                    # /app/worker
 #   docker run --entrypoint /app/starter agentsaga sandbox serve --addr 0.0.0.0:8090
 
+# pin with deploy/pin-images.sh
 FROM golang:1.26.8-alpine AS build
 WORKDIR /src
 ENV CGO_ENABLED=0 GOTOOLCHAIN=local
@@ -17,6 +18,7 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
     go build -trimpath -ldflags="-s -w" -o /out/starter ./starter && \
     mkdir -p /out/data
 
+# pin with deploy/pin-images.sh
 FROM gcr.io/distroless/static-debian12:nonroot
 WORKDIR /app
 COPY --from=build /out/worker /out/starter /app/

@@ -153,7 +153,10 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	}
 	// One redaction function on every log line, the SDK's included.
 	log := slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
-	ledgerDSN := config.LedgerDSN(ledgerFlag)
+	ledgerDSN, err := config.LedgerDSN(ledgerFlag)
+	if err != nil {
+		return UsageError{err}
+	}
 	t.DataDir = *dataDir
 	// A nil *operators.Keyring must not reach the interface: a typed nil
 	// would be a non-nil Verifier that refuses every decision.

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"go.temporal.io/sdk/client"
 
@@ -32,16 +33,20 @@ const (
 	// operators file, accepting typed names as unverified decisions.
 	EnvAllowUnverified = "AGENTSAGA_ALLOW_UNVERIFIED_DECISIONS"
 	// EnvUIURL is the Temporal Web UI's base URL, for links.
-	EnvUIURL      = "AGENTSAGA_UI_URL"
-	EnvNamespace  = "TEMPORAL_NAMESPACE"
-	EnvAPIKey     = "TEMPORAL_API_KEY"
-	EnvTLS        = "TEMPORAL_TLS"
-	EnvTLSCert    = "TEMPORAL_TLS_CLIENT_CERT_PATH"
-	EnvTLSKey     = "TEMPORAL_TLS_CLIENT_KEY_PATH"
-	EnvTLSCA      = "TEMPORAL_TLS_SERVER_CA_CERT_PATH"
-	EnvTLSServer  = "TEMPORAL_TLS_SERVER_NAME"
-	EnvTaskQueue  = "AGENTSAGA_TASK_QUEUE"
-	EnvLedger     = "AGENTSAGA_LEDGER"
+	EnvUIURL     = "AGENTSAGA_UI_URL"
+	EnvNamespace = "TEMPORAL_NAMESPACE"
+	EnvAPIKey    = "TEMPORAL_API_KEY"
+	EnvTLS       = "TEMPORAL_TLS"
+	EnvTLSCert   = "TEMPORAL_TLS_CLIENT_CERT_PATH"
+	EnvTLSKey    = "TEMPORAL_TLS_CLIENT_KEY_PATH"
+	EnvTLSCA     = "TEMPORAL_TLS_SERVER_CA_CERT_PATH"
+	EnvTLSServer = "TEMPORAL_TLS_SERVER_NAME"
+	EnvTaskQueue = "AGENTSAGA_TASK_QUEUE"
+	EnvLedger    = "AGENTSAGA_LEDGER"
+	// EnvLedgerFile names a file holding the ledger DSN, as a mounted
+	// secret (a DSN carries the role's password); read when neither
+	// --ledger nor EnvLedger is set.
+	EnvLedgerFile = "AGENTSAGA_LEDGER_FILE"
 	EnvSandboxURL = "AGENTSAGA_SANDBOX_URL"
 	EnvDataDir    = "AGENTSAGA_DATA_DIR"
 	// EnvOperators names the operators file (see package operators).
@@ -62,7 +67,7 @@ const (
 // EnvNames lists every environment variable the worker reads.
 func EnvNames() []string {
 	return []string{EnvAddress, EnvNamespace, EnvAPIKey, EnvTLS, EnvTLSCert, EnvTLSKey, EnvTLSCA, EnvTLSServer,
-		EnvTaskQueue, EnvLedger, EnvSandboxURL, EnvDataDir, EnvOperators, EnvCodecKeysFile, EnvCodecKeys, EnvTools}
+		EnvTaskQueue, EnvLedger, EnvLedgerFile, EnvSandboxURL, EnvDataDir, EnvOperators, EnvCodecKeysFile, EnvCodecKeys, EnvTools}
 }
 
 // SecretEnvNames lists the environment variables that hold secrets (or may:
@@ -259,13 +264,33 @@ func RegisterLedger(fs *flag.FlagSet, dst *string, what string) {
 	fs.StringVar(dst, "ledger", "", "ledger DSN: sqlite:PATH or postgres://... (default env "+EnvLedger+"; "+what+")")
 }
 
-// LedgerDSN returns the --ledger value, else $AGENTSAGA_LEDGER ("" when
-// neither is set). Print it with SafeDSN.
-func LedgerDSN(flagValue string) string {
+// LedgerDSN returns the --ledger value, else $AGENTSAGA_LEDGER, else the
+// contents of the file $AGENTSAGA_LEDGER_FILE names (a mounted secret;
+// surrounding space trimmed), "" when none is set. Print it with SafeDSN.
+func LedgerDSN(flagValue string) (string, error) {
 	if flagValue != "" {
-		return flagValue
+		return flagValue, nil
 	}
-	return os.Getenv(EnvLedger)
+	if v := os.Getenv(EnvLedger); v != "" {
+		return v, nil
+	}
+	path := os.Getenv(EnvLedgerFile)
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("env %s: read the ledger DSN file: %w", EnvLedgerFile, err)
+	}
+	const maxDSN = 4096
+	dsn := strings.TrimSpace(string(b))
+	switch {
+	case dsn == "":
+		return "", fmt.Errorf("env %s: %s is empty: write the ledger DSN (postgres://ROLE:PASSWORD@HOST/DB) in it", EnvLedgerFile, path)
+	case len(dsn) > maxDSN:
+		return "", fmt.Errorf("env %s: %s holds %d bytes; a DSN is at most %d", EnvLedgerFile, path, len(dsn), maxDSN)
+	}
+	return dsn, nil
 }
 
 // SecretState says whether a secret is set and where from, never its

@@ -100,10 +100,10 @@ func TestSecretsReadAtUse(t *testing.T) {
 	if got := tc.APIKeyValue(); got != "from-flag" {
 		t.Errorf("APIKeyValue with the flag = %q", got)
 	}
-	if got := config.LedgerDSN(""); got != secrets[1] {
+	if got, _ := config.LedgerDSN(""); got != secrets[1] {
 		t.Errorf("LedgerDSN = %q, want the env value", got)
 	}
-	if got := config.LedgerDSN("sqlite:x"); got != "sqlite:x" {
+	if got, _ := config.LedgerDSN("sqlite:x"); got != "sqlite:x" {
 		t.Errorf("LedgerDSN with the flag = %q", got)
 	}
 	t.Setenv(config.EnvSandboxToken, "")
@@ -177,5 +177,38 @@ func TestKeyringOrder(t *testing.T) {
 func TestEnvToolsIsTheCatalogues(t *testing.T) {
 	if config.EnvTools != catalog.EnvTools {
 		t.Fatalf("config.EnvTools %q, catalog.EnvTools %q", config.EnvTools, catalog.EnvTools)
+	}
+}
+
+// The ledger DSN comes from a mounted secret file when neither the flag nor
+// the variable gives it, trimmed; a missing or empty file is an error
+// naming the variable.
+func TestLedgerDSNFile(t *testing.T) {
+	t.Setenv(config.EnvLedger, "")
+	path := filepath.Join(t.TempDir(), "ledger-dsn")
+	if err := os.WriteFile(path, []byte("postgres://agentsaga_app:pw@postgres:5432/agentsaga\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(config.EnvLedgerFile, path)
+	if got, err := config.LedgerDSN(""); err != nil || got != "postgres://agentsaga_app:pw@postgres:5432/agentsaga" {
+		t.Errorf("LedgerDSN from the file = %q, %v", got, err)
+	}
+	if got, _ := config.LedgerDSN("sqlite:x"); got != "sqlite:x" {
+		t.Errorf("the flag must win over the file, got %q", got)
+	}
+	t.Setenv(config.EnvLedger, "sqlite:env")
+	if got, _ := config.LedgerDSN(""); got != "sqlite:env" {
+		t.Errorf("the variable must win over the file, got %q", got)
+	}
+	t.Setenv(config.EnvLedger, "")
+	if err := os.WriteFile(path, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.LedgerDSN(""); err == nil || !strings.Contains(err.Error(), config.EnvLedgerFile) {
+		t.Errorf("an empty DSN file: err = %v, want an error naming %s", err, config.EnvLedgerFile)
+	}
+	t.Setenv(config.EnvLedgerFile, filepath.Join(t.TempDir(), "absent"))
+	if _, err := config.LedgerDSN(""); err == nil || !strings.Contains(err.Error(), config.EnvLedgerFile) {
+		t.Errorf("a missing DSN file: err = %v, want an error naming %s", err, config.EnvLedgerFile)
 	}
 }

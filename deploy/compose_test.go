@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"maps"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,13 +24,13 @@ const repoRoot = ".."
 
 // workerEnv is the worker container's environment, exactly.
 var workerEnv = []string{
-	config.EnvAddress, config.EnvNamespace, config.EnvTaskQueue, config.EnvLedger, config.EnvSandboxURL, config.EnvCodecKeys, config.EnvTools, config.EnvOperators,
+	config.EnvAddress, config.EnvNamespace, config.EnvTLSCert, config.EnvTLSKey, config.EnvTLSCA, config.EnvTLSServer,
+	config.EnvTaskQueue, config.EnvLedgerFile, config.EnvSandboxURL, config.EnvCodecKeysFile, config.EnvTools, config.EnvOperators,
 }
 
-// secrets is the environment compose needs: every secret is required.
-var secrets = []string{"POSTGRES_PASSWORD=test-secret", "AGENTSAGA_LEDGER_PASSWORD=ledger-secret",
-	"AGENTSAGA_CODEC_KEYS=k1:QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVowMTIzNDU=", "AGENTSAGA_CODEC_TOKEN=codec-token-0123456789abcdef",
-	"AGENTSAGA_OPERATORS_FILE=/srv/agentsaga/operators.json"}
+// secrets is the environment compose needs: only the operators file (the
+// secrets themselves are files, see TestComposeNoSecretInEnvironment).
+var secrets = []string{"AGENTSAGA_OPERATORS_FILE=/srv/agentsaga/operators.json"}
 
 // load parses and validates docker-compose.yml the way `docker compose` does,
 // with only env as the interpolation environment (never the caller's).
@@ -142,13 +141,8 @@ func TestComposeSecurityShape(t *testing.T) {
 	if v := ui["TEMPORAL_DISABLE_WRITE_ACTIONS"]; v == nil || *v != "true" {
 		t.Errorf("temporal-ui must run with TEMPORAL_DISABLE_WRITE_ACTIONS=true")
 	}
-	if v := ui["TEMPORAL_CODEC_ENDPOINT"]; v == nil || *v != "http://localhost:8234" {
-		t.Errorf("temporal-ui must use the codec server at http://localhost:8234")
-	}
-	dsn := *p.Services["worker"].Environment[config.EnvLedger]
-	u, err := url.Parse(dsn)
-	if err != nil || u.User.Username() != "agentsaga" {
-		t.Errorf("the worker's ledger connects as %q, want its own role agentsaga, not the superuser temporal", u.User.Username())
+	if v := ui["TEMPORAL_CODEC_ENDPOINT"]; v == nil || *v != "https://localhost:8234" {
+		t.Errorf("temporal-ui must use the codec server at https://localhost:8234")
 	}
 	codecSvc := p.Services["codec"]
 	if got := []string(codecSvc.Command); len(got) < 2 || got[0] != "codec" || got[1] != "serve" {
@@ -156,20 +150,9 @@ func TestComposeSecurityShape(t *testing.T) {
 	}
 	init := p.Services["postgres"].Volumes
 	if !slices.ContainsFunc(init, func(v types.ServiceVolumeConfig) bool {
-		return strings.HasSuffix(v.Source, "deploy/postgres/init-ledger.sh")
+		return strings.HasSuffix(v.Source, "deploy/postgres/init-roles.sh")
 	}) {
-		t.Errorf("postgres must mount deploy/postgres/init-ledger.sh to create the ledger's role")
-	}
-	for _, missing := range []string{"AGENTSAGA_LEDGER_PASSWORD", "AGENTSAGA_CODEC_KEYS", "AGENTSAGA_CODEC_TOKEN"} {
-		var env []string
-		for _, s := range secrets {
-			if !strings.HasPrefix(s, missing+"=") {
-				env = append(env, s)
-			}
-		}
-		if _, err := load(t, env); err == nil || !strings.Contains(err.Error(), missing) {
-			t.Errorf("loading without %s: err = %v, want an error naming it", missing, err)
-		}
+		t.Errorf("postgres must mount deploy/postgres/init-roles.sh to create the temporal and agentsaga roles")
 	}
 }
 
@@ -203,17 +186,17 @@ func TestComposeWorkerEnvironment(t *testing.T) {
 	if got := get(config.EnvTaskQueue); got != config.DefaultTaskQueue {
 		t.Errorf("%s = %q, want %q by default", config.EnvTaskQueue, got, config.DefaultTaskQueue)
 	}
-	if u, err := url.Parse(get(config.EnvLedger)); err != nil || u.Scheme != "postgres" || u.Hostname() != "postgres" || u.Path != "/agentsaga" {
-		t.Errorf("%s = %q (%v), want a postgres:// DSN to database agentsaga on the postgres service", config.EnvLedger, get(config.EnvLedger), err)
+	if got := get(config.EnvLedgerFile); got != "/run/secrets/ledger_dsn" {
+		t.Errorf("%s = %q, want the mounted secret /run/secrets/ledger_dsn", config.EnvLedgerFile, got)
 	}
 	if got := get(config.EnvSandboxURL); got != "http://sandbox:8090" {
 		t.Errorf("%s = %q, want http://sandbox:8090 (the sandbox service) by default", config.EnvSandboxURL, got)
 	}
 }
 
-func TestComposeRequiresPostgresPassword(t *testing.T) {
-	if _, err := load(t, nil); err == nil || !strings.Contains(err.Error(), "POSTGRES_PASSWORD") {
-		t.Errorf("loading without POSTGRES_PASSWORD: err = %v, want an error naming POSTGRES_PASSWORD", err)
+func TestComposeRequiresOperatorsFile(t *testing.T) {
+	if _, err := load(t, nil); err == nil || !strings.Contains(err.Error(), "AGENTSAGA_OPERATORS_FILE") {
+		t.Errorf("loading without AGENTSAGA_OPERATORS_FILE: err = %v, want an error naming it", err)
 	}
 }
 

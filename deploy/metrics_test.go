@@ -92,24 +92,16 @@ func TestComposeMetricsProfile(t *testing.T) {
 		t.Errorf("worker publishes %v on the host; its metrics stay on the compose network", worker.Ports)
 	}
 
-	var prom struct {
-		ScrapeConfigs []struct {
-			JobName       string `yaml:"job_name"`
-			MetricsPath   string `yaml:"metrics_path"`
-			StaticConfigs []struct {
-				Targets []string `yaml:"targets"`
-			} `yaml:"static_configs"`
-		} `yaml:"scrape_configs"`
+	// Every worker replica is scraped: found by the service name, never
+	// one static target.
+	prom := readPrometheus(t)
+	if got := prom.dnsTargets("agentsaga-worker"); !slices.Equal(got, []string{"worker:9464"}) {
+		t.Errorf("prometheus.yml job agentsaga-worker finds %v by DNS, want worker:9464 (every replica of the worker service)", got)
 	}
-	readYAML(t, "deploy/prometheus/prometheus.yml", &prom)
-	var targets []string
 	for _, sc := range prom.ScrapeConfigs {
-		for _, st := range sc.StaticConfigs {
-			targets = append(targets, st.Targets...)
+		if len(sc.StaticConfigs) > 0 {
+			t.Errorf("prometheus.yml job %s has static targets; find the compose services by DNS (dns_sd_configs) so every replica is scraped", sc.JobName)
 		}
-	}
-	if !slices.Contains(targets, "worker:9464") {
-		t.Errorf("prometheus.yml scrapes %v, want worker:9464", targets)
 	}
 
 	var ds struct {
@@ -212,6 +204,46 @@ func TestDashboardQueriesOnlyMetricsThatExist(t *testing.T) {
 			t.Errorf("product metric %s is on no panel of the dashboard", m)
 		}
 	}
+}
+
+// prometheusConfig is the part of prometheus.yml the tests read.
+type prometheusConfig struct {
+	RuleFiles     []string `yaml:"rule_files"`
+	ScrapeConfigs []struct {
+		JobName       string `yaml:"job_name"`
+		MetricsPath   string `yaml:"metrics_path"`
+		StaticConfigs []struct {
+			Targets []string `yaml:"targets"`
+		} `yaml:"static_configs"`
+		DNSSDConfigs []struct {
+			Names []string `yaml:"names"`
+			Type  string   `yaml:"type"`
+			Port  int      `yaml:"port"`
+		} `yaml:"dns_sd_configs"`
+	} `yaml:"scrape_configs"`
+}
+
+func readPrometheus(t *testing.T) prometheusConfig {
+	t.Helper()
+	var p prometheusConfig
+	readYAML(t, "deploy/prometheus/prometheus.yml", &p)
+	return p
+}
+
+// dnsTargets lists a job's DNS-discovered name:port pairs.
+func (p prometheusConfig) dnsTargets(job string) []string {
+	var out []string
+	for _, sc := range p.ScrapeConfigs {
+		if sc.JobName != job {
+			continue
+		}
+		for _, d := range sc.DNSSDConfigs {
+			for _, n := range d.Names {
+				out = append(out, n+":"+strconv.Itoa(d.Port))
+			}
+		}
+	}
+	return out
 }
 
 func readYAML(t *testing.T, path string, v any) {

@@ -42,8 +42,12 @@ type setupRow struct {
 // its retention and the search attributes, each checked against what
 // exists, so it can be run again (and on a cluster someone else set up).
 func cmdCluster(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
-	if _, err := subcommands("cluster", args, out, "setup"); err != nil {
+	sub, err := subcommands("cluster", args, out, "setup", "certs")
+	if err != nil {
 		return err
+	}
+	if sub == "certs" {
+		return clusterCerts(args[1:], out, wantsJSON(args[1:]))
 	}
 	fs := flag.NewFlagSet("cluster setup", flag.ContinueOnError)
 	var c conn

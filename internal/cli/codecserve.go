@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,12 +36,25 @@ func cmdCodec(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	origins := fs.String("ui-origin", "http://localhost:8233", "the Web UI's origin(s) allowed to call it, comma-separated")
 	keys := fs.String("codec-keys", "", "the keyring file (default env "+codec.EnvKeysFile+", else env "+codec.EnvKeys+")")
 	tokenFile := fs.String("token-file", os.Getenv(envCodecTokenFile), "a file holding the token operators log in with, as a mounted secret (env "+envCodecTokenFile+"; else env "+codec.EnvToken+"); `codec token --out FILE` makes one")
+	tlsCert := fs.String("tls-cert", os.Getenv(envCodecTLSCert), "serve HTTPS with this certificate file (env "+envCodecTLSCert+"; `cluster certs` makes codec.pem); with --tls-key")
+	tlsKey := fs.String("tls-key", os.Getenv(envCodecTLSKey), "the key of --tls-cert (env "+envCodecTLSKey+")")
 	pos, err := parse(fs, args[1:], out)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
 		return usageErr("codec serve: takes no arguments (see starter codec serve --help)")
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usageErr("codec serve: --tls-cert and --tls-key go together: give both or neither")
+	}
+	var tlsConf *tls.Config
+	if *tlsCert != "" {
+		pair, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			return usageErr("codec serve: --tls-cert/--tls-key: %v", err)
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	}
 	ring, err := loadRing(*keys)
 	if err != nil {
@@ -65,8 +79,13 @@ func cmdCodec(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	if err != nil {
 		return fmt.Errorf("codec serve: listen on %s: %w", *addr, err)
 	}
-	hs := &http.Server{Handler: loopback.Guard(srv), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(out, "codec server on http://%s (key %s; token from %s: set; log in at /login)\n", ln.Addr(), ring.Current(), codec.EnvToken)
+	hs := &http.Server{Handler: loopback.Guard(srv), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf}
+	scheme := "http"
+	if tlsConf != nil {
+		scheme = "https"
+		ln = tls.NewListener(ln, tlsConf)
+	}
+	fmt.Fprintf(out, "codec server on %s://%s (key %s; token from %s: set; log in at /login)\n", scheme, ln.Addr(), ring.Current(), codec.EnvToken)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -81,6 +100,13 @@ func cmdCodec(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 
 // envCodecTokenFile names the codec server's token file.
 const envCodecTokenFile = "AGENTSAGA_CODEC_TOKEN_FILE"
+
+// envCodecTLSCert and envCodecTLSKey name the codec server's HTTPS
+// certificate and key files.
+const (
+	envCodecTLSCert = "AGENTSAGA_CODEC_TLS_CERT"
+	envCodecTLSKey  = "AGENTSAGA_CODEC_TLS_KEY"
+)
 
 // codecKeygen writes a new keyring file (mode 0600, never over an existing
 // one): one fresh key, or --rotate's keys and a fresh current one, so users

@@ -15,6 +15,7 @@ import (
 	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
+	"github.com/agentsaga/agentsaga/ledger/ledgerpg"
 	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -39,7 +40,10 @@ func (l *ledgerFlags) register(fs *flag.FlagSet) {
 // resolve returns the DSN to open; a SQLite ledger must exist already, so a
 // wrong directory is reported instead of creating an empty ledger.
 func (l *ledgerFlags) resolve() (string, error) {
-	dsn := config.LedgerDSN(l.dsn)
+	dsn, err := config.LedgerDSN(l.dsn)
+	if err != nil {
+		return "", usageErr("%v", err)
+	}
 	if dsn == "" {
 		dsn = config.DefaultLedger(l.dataDir)
 	}
@@ -323,8 +327,12 @@ func nonEmpty(s ...string) []string {
 }
 
 func cmdLedger(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
-	if _, err := subcommands("ledger", args, out, "purge"); err != nil {
+	sub, err := subcommands("ledger", args, out, "purge", "migrate")
+	if err != nil {
 		return err
+	}
+	if sub == "migrate" {
+		return ledgerMigrate(ctx, args[1:], out)
 	}
 	fs := flag.NewFlagSet("ledger purge", flag.ContinueOnError)
 	var l ledgerFlags
@@ -354,6 +362,48 @@ func cmdLedger(ctx context.Context, args []string, _ io.Reader, out io.Writer) e
 		return printJSON(out, map[string]any{"purged": n, "older_than": keep.String()})
 	}
 	fmt.Fprintf(out, "purged %d final operation(s) completed more than %s ago; nothing unfinished was touched\n", n, *keep)
+	return nil
+}
+
+// ledgerMigrate brings a PostgreSQL ledger's schema up to this binary's, as
+// the role that owns it, and grants a worker's runtime role its privileges.
+func ledgerMigrate(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("ledger migrate", flag.ContinueOnError)
+	var dsnFlag string
+	config.RegisterLedger(fs, &dsnFlag, "the DSN of the role that owns the ledger; back the database up first: pg_dump")
+	grant := fs.String("grant-runtime", "", "then give this role the worker's privileges on the ledger (no UPDATE, DELETE or TRUNCATE of the audit trail); again after each migration")
+	asJSON := fs.Bool("json", false, "print JSON (errors too, on standard error)")
+	pos, err := parse(fs, args, out)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("ledger migrate: takes no arguments (see starter ledger migrate --help)")
+	}
+	dsn, err := config.LedgerDSN(dsnFlag)
+	if err != nil {
+		return usageErr("ledger migrate: %v", err)
+	}
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return usageErr("ledger migrate: give --ledger postgres://OWNER@HOST/DB (env %s or %s); a SQLite ledger is migrated by the worker when it opens it", config.EnvLedger, config.EnvLedgerFile)
+	}
+	from, to, err := ledgerpg.Migrate(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("ledger migrate %s: %w", config.SafeDSN(dsn), err)
+	}
+	if *grant != "" {
+		if err := ledgerpg.GrantRuntime(ctx, dsn, *grant); err != nil {
+			return fmt.Errorf("ledger migrate %s: %w", config.SafeDSN(dsn), err)
+		}
+	}
+	if *asJSON {
+		return printJSON(out, map[string]any{"from": from, "to": to, "granted": *grant})
+	}
+	fmt.Fprintf(out, "ledger %s: schema version %d -> %d", safe(config.SafeDSN(dsn)), from, to)
+	if *grant != "" {
+		fmt.Fprintf(out, "; role %s may read and write it, and append to the audit trail only", safe(*grant))
+	}
+	fmt.Fprintln(out)
 	return nil
 }
 

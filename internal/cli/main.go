@@ -41,9 +41,11 @@ operator:
   audit KEY                             a ledger row and its audit trail of human decisions
   report [--since 24h]                  the seeds' operating figures for a window, from the ledger
   ledger purge [--older-than 720h]      remove final ledger entries past retention
+  ledger migrate --ledger OWNER-DSN [--grant-runtime ROLE]   migrate a PostgreSQL ledger as its owner (back it up first)
   operator keygen --name NAME --out FILE   make an operator's signing key; prints the operators-file entry
   operator show --key FILE              print the operators-file entry of a key
   cluster setup [--retention 720h]      create the namespace and its search attributes, checked against what exists
+  cluster certs --out DIR               make the CA and the mTLS certificates of docker-compose.yml (kept when present)
   codec serve [--addr HOST:PORT]        the codec endpoint the Web UI calls to decrypt payloads for those with its token
   codec keygen --out FILE [--rotate OLD]   make a codec keyring (or a rotated one); codec token --out FILE its token
 agents:
@@ -69,6 +71,8 @@ var synopsis = map[string]string{
 	"ledger purge":    "ledger purge: remove final ledger entries completed longer ago than --older-than",
 	"codec serve":     "codec serve: serve the codec endpoint the Temporal Web UI calls to show encrypted payloads (token from --token-file or env AGENTSAGA_CODEC_TOKEN)",
 	"cluster setup":   "cluster setup [--retention 720h] [--update-retention]: prepare a Temporal namespace for agentsaga (create it with a retention, add the search attributes), checked against what exists; safe to run again",
+	"ledger migrate":  "ledger migrate --ledger OWNER-DSN [--grant-runtime ROLE]: bring a PostgreSQL ledger's schema up to this binary's as the role that owns it (back the database up first: pg_dump), then give the worker's ROLE its privileges (the audit trail: SELECT and INSERT only)",
+	"cluster certs":   "cluster certs --out DIR [--validity 8760h] [--renew] [--owner NAME=UID[:GID]]: make a CA and the mutual-TLS certificates of docker-compose.yml (ECDSA P-256, SANs of the compose service names, localhost and 127.0.0.1); existing files are kept",
 	"codec keygen":    "codec keygen --out FILE [--id ID] [--rotate OLD-FILE]: make a codec keyring file (mode 0600), or a rotated one holding the old keys",
 	"codec token":     "codec token --out FILE: make a random token file (mode 0600) for codec serve --token-file",
 	"operator keygen": "operator keygen --name NAME --out FILE: make an operator's Ed25519 signing key (file mode 0600) and print the entry for the worker's operators file",

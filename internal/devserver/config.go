@@ -267,6 +267,16 @@ func buildServerOptions(opts Options, p ports, sqlCfg *config.SQL, logger log.Lo
 	cfg.NamespaceDefaults.Archival.Visibility.State = "disabled"
 	// The server's own system workers dial the frontend through this address.
 	cfg.PublicClient.HostPort = frontendAddr
+	if t := opts.TLS; t != nil {
+		// The frontend requires client certificates; the system workers
+		// present the server's. Internal services stay on loopback.
+		client := config.ClientTLS{ServerName: t.ServerName, RootCAFiles: []string{t.CAFile}}
+		cfg.Global.TLS.Frontend = config.GroupTLS{
+			Server: config.ServerTLS{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFiles: []string{t.CAFile}, RequireClientAuth: true},
+			Client: client,
+		}
+		cfg.Global.TLS.SystemWorker = config.WorkerTLS{CertFile: t.CertFile, KeyFile: t.KeyFile, Client: client}
+	}
 
 	authorizer, err := authorization.GetAuthorizerFromConfig(&cfg.Global.Authorization)
 	if err != nil {

@@ -16,11 +16,14 @@ package devserver
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
@@ -80,6 +83,41 @@ type Options struct {
 	// (see DevDynamicConfig); a key given here wins. Values are of the
 	// setting's type (int, bool, float64, time.Duration, string).
 	DynamicConfig map[string]any
+	// TLS, when set, makes the frontend require mutual TLS: clients must
+	// present a certificate CAFile signed. Nil serves plain gRPC.
+	TLS *TLS
+}
+
+// TLS is the frontend's mutual TLS (Options.TLS), as a production cluster
+// runs it. CertFile must be valid for both server and client use: the
+// server's own system workers and Start's readiness probe present it too
+// (`starter cluster certs` makes such a temporal.pem).
+type TLS struct {
+	CertFile, KeyFile string
+	// CAFile is the CA client certificates must be signed by, and the one
+	// the probe and the system workers trust the frontend with.
+	CAFile string
+	// ServerName is the name the frontend's certificate is checked
+	// against; it must be among its SANs. Default "localhost".
+	ServerName string
+}
+
+// ClientTLS returns the tls.Config the server's own clients use (a client
+// certificate from CertFile, the CA of CAFile, ServerName).
+func (t *TLS) ClientTLS() (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: TLS.CertFile/KeyFile: %w", err)
+	}
+	pem, err := os.ReadFile(t.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: TLS.CAFile: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("devserver: TLS.CAFile %s holds no PEM certificate", t.CAFile)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ServerName: t.ServerName, MinVersion: tls.VersionTLS12}, nil
 }
 
 // UICodec is the Web UI's codec server setting (ui-server's codec section).
@@ -111,6 +149,7 @@ type Server struct {
 	namespace string
 	uiURL     string
 	config    *devConfig
+	tls       *TLS // nil: plain gRPC
 
 	stopOnce sync.Once
 	stopErr  error
@@ -169,6 +208,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		httpAPI:   net.JoinHostPort(dialHost(opts.Host), strconv.Itoa(ports.frontendHTTP)),
 		namespace: opts.Namespace,
 		config:    dc,
+		tls:       opts.TLS,
 	}
 	if err := s.awaitReady(ctx, opts.SearchAttributes); err != nil {
 		closeHeld(uiHold)
@@ -369,6 +409,20 @@ func (o *Options) applyDefaults() error {
 	}
 	if net.ParseIP(o.Host) == nil {
 		return fmt.Errorf("devserver: host %q is not an IP address; use an address such as 127.0.0.1 or 0.0.0.0", o.Host)
+	}
+	if o.TLS != nil {
+		if o.UIPort != NoUI {
+			return fmt.Errorf("devserver: TLS with the Web UI is not supported; set UIPort to NoUI")
+		}
+		if o.TLS.CertFile == "" || o.TLS.KeyFile == "" || o.TLS.CAFile == "" {
+			return fmt.Errorf("devserver: TLS needs CertFile, KeyFile and CAFile")
+		}
+		if o.TLS.ServerName == "" {
+			o.TLS.ServerName = "localhost"
+		}
+		if _, err := o.TLS.ClientTLS(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

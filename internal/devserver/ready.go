@@ -33,12 +33,20 @@ func (s *Server) awaitReady(ctx context.Context, sas map[string]enums.IndexedVal
 	}()
 	err := poll(ctx, "the frontend to answer at "+s.frontend, func(ctx context.Context) error {
 		if c == nil {
-			var err error
-			c, err = client.DialContext(ctx, client.Options{
+			copts := client.Options{
 				HostPort:  s.frontend,
 				Namespace: s.namespace,
 				Logger:    sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)),
-			})
+			}
+			if s.tls != nil {
+				tc, err := s.tls.ClientTLS()
+				if err != nil {
+					return halt{err}
+				}
+				copts.ConnectionOptions.TLS = tc
+			}
+			var err error
+			c, err = client.DialContext(ctx, copts)
 			if err != nil {
 				return err
 			}
