@@ -257,7 +257,7 @@ func (u *upgrade) approve(id string) {
 // and counts its effects at the providers: one each.
 func (u *upgrade) finished(ids map[string]string, build string) {
 	t, ctx := u.t, u.ctx
-	effects := allEffects(ctx, t, u.sb)
+	var effects []sandbox.Effect
 	for kind, id := range ids {
 		s, err := u.st.Plans.Wait(ctx, id)
 		require.NoError(t, err, kind)
