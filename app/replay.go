@@ -108,6 +108,7 @@ func Replay(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("make the replayer: %w", err)
 	}
 	sagaworker.RegisterWorkflows(r, &saga)
+	quiet := sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))
 	total, failed := 0, 0
 	var token []byte
 	for {
@@ -121,12 +122,11 @@ func Replay(ctx context.Context, args []string, out io.Writer) error {
 				return fmt.Errorf("more than --max %d open workflows: replay them a version at a time (--version) or raise --max", *limit)
 			}
 			ex := e.GetExecution()
-			err := r.ReplayWorkflowExecution(ctx, c.WorkflowService(), opts.Logger, t.Namespace,
+			// The SDK logs a failed replay's panic with its stack; the
+			// line below says what failed.
+			err := r.ReplayWorkflowExecution(ctx, c.WorkflowService(), quiet, t.Namespace,
 				workflow.Execution{ID: ex.GetWorkflowId(), RunID: ex.GetRunId()})
-			on := "unversioned"
-			if v := e.GetVersioningInfo().GetDeploymentVersion(); v != nil {
-				on = v.GetDeploymentName() + ":" + v.GetBuildId()
-			}
+			on := versionOf(ctx, c, ex.GetWorkflowId(), ex.GetRunId())
 			if err != nil {
 				failed++
 				fmt.Fprintf(out, "FAIL %s (run %s, on %s): %v\n", ex.GetWorkflowId(), ex.GetRunId(), on, err)
@@ -144,4 +144,18 @@ func Replay(ctx context.Context, args []string, out io.Writer) error {
 		return ReplayFailedError{Failed: failed, Total: total}
 	}
 	return nil
+}
+
+// versionOf names the worker deployment version workflow id's run is on,
+// as Temporal's versioning info says (the list answer does not carry it).
+func versionOf(ctx context.Context, c client.Client, id, runID string) string {
+	d, err := c.DescribeWorkflowExecution(ctx, id, runID)
+	if err != nil {
+		return "unknown version: " + err.Error()
+	}
+	v := d.GetWorkflowExecutionInfo().GetVersioningInfo().GetDeploymentVersion()
+	if v == nil {
+		return "unversioned"
+	}
+	return v.GetDeploymentName() + ":" + v.GetBuildId()
 }

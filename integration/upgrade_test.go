@@ -43,7 +43,10 @@ const (
 func TestUpgradeAndRollbackKeepWaitingPlans(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	dir := t.TempDir()
+	began := time.Now()
+	phase := func(what string) { t.Logf("%5.1fs %s", time.Since(began).Seconds(), what) }
 	bins := buildWorkerBuilds(ctx, t, dir, buildA, buildB)
+	phase("two worker builds linked")
 
 	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: filepath.Join(dir, "sandbox")})
 	require.NoError(t, err)
@@ -66,11 +69,13 @@ func TestUpgradeAndRollbackKeepWaitingPlans(t *testing.T) {
 	u.setCurrent(buildA)
 	onA := u.startWaiting("a")
 	u.statusOfAll()
+	phase("four plans waiting on A")
 
 	// Upgrade: B polls, B becomes current. A's plans are still waiting.
 	startWorkerBinary(ctx, t, bins[buildB], buildB, workerArgs(buildB))
 	u.setCurrent(buildB)
 	u.statusOfAll()
+	phase("B current")
 	// The plan being reconciled settles first, so that the next round's
 	// lookup fault is not cleared under it.
 	u.settle(onA, true)
@@ -78,12 +83,16 @@ func TestUpgradeAndRollbackKeepWaitingPlans(t *testing.T) {
 	u.settle(onA, false)
 	u.finished(onA, buildA)
 	u.statusOfAll()
+	phase("A's plans finished on A, four plans waiting on B")
 
 	// The proof before moving plans between builds: A's binary replays
 	// every plan waiting on B.
 	out, err := exec.CommandContext(ctx, bins[buildA], append([]string{"replay", "--version", upgradeDeployment + ":" + buildB}, common...)...).CombinedOutput()
 	require.NoError(t, err, "worker replay:\n%s", out)
 	require.Contains(t, string(out), "replayed 4 open workflows with this build: 0 failed", "%s", out)
+	require.Equal(t, 4, strings.Count(string(out), ", on "+upgradeDeployment+":"+buildB+")\n"), "each named with its version:\n%s", out)
+
+	phase("A replays B's open plans")
 
 	// Rollback: A current again while B's plans wait; B finishes them.
 	u.setCurrent(buildA)
@@ -96,7 +105,8 @@ func TestUpgradeAndRollbackKeepWaitingPlans(t *testing.T) {
 	u.approve(after)
 	u.finished(map[string]string{"approval": after}, buildA)
 	u.statusOfAll()
-	require.Equal(t, len(u.plans), 9)
+	require.Equal(t, 9, len(u.plans))
+	phase("rolled back: B's plans finished on B, the new one on A")
 }
 
 // upgrade is the state of TestUpgradeAndRollbackKeepWaitingPlans.
