@@ -18,6 +18,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -31,8 +32,9 @@ const (
 // TestUpgradeAndRollbackKeepWaitingPlans upgrades a worker deployment from
 // build A to build B and rolls it back with plans of every waiting kind open
 // (an approval, an unknown outcome a person must resolve, an outcome being
-// reconciled over its window, a reversal a person must retry): each plan
-// finishes on the build that started it (its versioning info says so, read
+// reconciled over its window, a reversal a person must retry) and a session
+// that continues as new after each turn: each plan and the session's every
+// run finish on the build that started them (its versioning info says so, read
 // from Temporal, not assumed), with exactly one effect at the providers,
 // new plans start on the current build, `status` answers for every plan
 // throughout, and `worker replay` of one build proves it replays the other's
@@ -67,6 +69,12 @@ func TestUpgradeAndRollbackKeepWaitingPlans(t *testing.T) {
 	a := startWorkerBinary(ctx, t, bins[buildA], buildA, workerArgs(buildA))
 	require.Contains(t, a.out.String(), "versioning: deployment "+upgradeDeployment+" build "+buildA)
 	u.setCurrent(buildA)
+	// A session, continued as new after every turn: each new run
+	// inherits its build.
+	session := workflows.SessionWorkflowID("it-upgrade-session")
+	u.plans = append(u.plans, session)
+	u.turn(1)
+	u.onBuild(session, buildA)
 	onA := u.startWaiting("a")
 	u.statusOfAll()
 	phase("four plans waiting on A")
@@ -74,6 +82,12 @@ func TestUpgradeAndRollbackKeepWaitingPlans(t *testing.T) {
 	// Upgrade: B polls, B becomes current. A's plans are still waiting.
 	startWorkerBinary(ctx, t, bins[buildB], buildB, workerArgs(buildB))
 	u.setCurrent(buildB)
+	u.turn(2)
+	u.onBuild(session, buildA)
+	first, err := u.st.Client.GetWorkflowHistory(ctx, session, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT).Next()
+	require.NoError(t, err)
+	require.NotEmpty(t, first.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId(),
+		"the session's latest run was continued as new (and is still on A)")
 	u.statusOfAll()
 	phase("B current")
 	// The plan being reconciled settles first, so that the next round's
@@ -103,9 +117,12 @@ func TestUpgradeAndRollbackKeepWaitingPlans(t *testing.T) {
 	u.settle(onB, false)
 	u.finished(onB, buildB)
 	u.approve(after)
+	_, err = u.st.Plans.EndSession(ctx, "it-upgrade-session", "succeeded", "agent")
+	require.NoError(t, err)
+	u.onBuild(session, buildA)
 	u.finished(map[string]string{"approval": after}, buildA)
 	u.statusOfAll()
-	require.Equal(t, 9, len(u.plans))
+	require.Equal(t, 10, len(u.plans))
 	phase("rolled back: B's plans finished on B, the new one on A")
 }
 
@@ -156,6 +173,15 @@ func (u *upgrade) start(kind string, p plan.Plan) string {
 func (u *upgrade) approvalPlan(round string) plan.Plan {
 	return newPlan("it-upgrade-approval-"+round, step(u.t, demotools.CreatePayment, map[string]any{
 		"customer_id": "cus_ana", "amount_minor": demotools.PaymentApprovalAboveMinor + 100, "currency": "EUR", "payment_method": "tok_visa"}))
+}
+
+// turn sends turn n of the test's session: one read.
+func (u *upgrade) turn(n int) {
+	u.t.Helper()
+	res, err := u.st.Plans.Turn(u.ctx, "it-upgrade-session", workflows.TurnRequest{Turn: n, Steps: []plan.Step{
+		step(u.t, demotools.QueryOrder, map[string]any{"order_id": "ord_1001"})}}, sagaclient.SessionOptions{TurnsPerRun: 1})
+	require.NoError(u.t, err)
+	require.Equal(u.t, workflows.TurnSucceeded, res.State, "%+v", res)
 }
 
 // startWaiting starts one plan of each waiting kind on the current build
