@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/app"
+	"github.com/agentsaga/agentsaga/internal/version"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
@@ -33,8 +34,16 @@ func TestWorkerChecksTheVersioningFlags(t *testing.T) {
 		require.ErrorAs(t, err, &ue, args)
 		require.ErrorContains(t, err, want, args)
 	}
+	// A version of a tree with uncommitted changes is no build ID.
+	old := version.Version
+	t.Cleanup(func() { version.Version = old })
+	version.Version = "devel-0123456789ab+dirty"
+	err := app.Worker(context.Background(), []string{"--deployment-name", "payments"}, app.Options{Tools: []tool.Tool{ping{}}})
+	require.ErrorContains(t, err, "uncommitted changes")
+	require.ErrorContains(t, err, "give --build-id")
+
 	t.Setenv("AGENTSAGA_BUILD_ID", "b1")
-	err := app.Worker(context.Background(), nil, app.Options{Tools: []tool.Tool{ping{}}})
+	err = app.Worker(context.Background(), nil, app.Options{Tools: []tool.Tool{ping{}}})
 	require.ErrorContains(t, err, "--build-id without --deployment-name", "the environment counts as the flags")
 }
 

@@ -313,8 +313,9 @@ func Worker(ctx context.Context, args []string, o Options) error {
 
 // deploymentVersion is the worker deployment version the flags ask for:
 // none without --deployment-name; the build ID defaults to the binary's
-// version, refused when the binary has none ("devel": two different builds
-// would share it).
+// version, refused when the binary has none ("devel") or was built from a
+// tree with uncommitted changes ("+dirty"): two different builds would share
+// it.
 func deploymentVersion(name, buildID string, dev bool) (worker.WorkerDeploymentVersion, error) {
 	if name == "" {
 		if buildID != "" {
@@ -327,8 +328,12 @@ func deploymentVersion(name, buildID string, dev bool) (worker.WorkerDeploymentV
 	}
 	if buildID == "" {
 		buildID = version.String()
-		if buildID == "devel" {
+		switch {
+		case buildID == "devel":
 			return worker.WorkerDeploymentVersion{}, fmt.Errorf("--build-id: this binary carries no version (it was built without VCS information or -ldflags -X %s.Version=...): give --build-id (env %s)", version.Module+"/internal/version", config.EnvBuildID)
+		case strings.HasSuffix(buildID, "+dirty"):
+			// Two builds of one commit with different edits would share it.
+			return worker.WorkerDeploymentVersion{}, fmt.Errorf("--build-id: this binary's version %s was built from a tree with uncommitted changes, which another build may share: give --build-id (env %s)", buildID, config.EnvBuildID)
 		}
 	}
 	v := worker.WorkerDeploymentVersion{DeploymentName: name, BuildID: buildID}
