@@ -83,11 +83,15 @@ var stopSignals = func() {}
 // Worker runs the worker command with args (flags as for agentsaga's worker;
 // see the README) until ctx ends: it connects to Temporal, loads the tools
 // (--tools catalogues and o.Tools), opens the ledger and runs AgentPlan,
-// AgentSession and their activities, stopping gracefully.
+// AgentSession and their activities, stopping gracefully. `worker replay
+// [flags]` runs Replay instead.
 func Worker(ctx context.Context, args []string, o Options) error {
 	name := o.Name
 	if name == "" {
 		name = "worker"
+	}
+	if len(args) > 0 && args[0] == "replay" {
+		return Replay(ctx, args[1:], os.Stdout)
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	var t config.Temporal
@@ -115,6 +119,8 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	notifySecret := fs.String("notify-secret-file", os.Getenv(envNotifySecretFile), "the file holding the secret that signs notifications (HMAC-SHA256, at least 16 bytes; env "+envNotifySecretFile+"); required with --notify-url")
 	notifyAfter := fs.Duration("notify-after", 30*time.Minute, "notify again when a question is still open this long after it opened; 0 turns it off (env "+envNotifyAfter+")")
 	uiURL := fs.String("ui-url", os.Getenv(config.EnvUIURL), "the Temporal Web UI's base URL, for the links in notifications (env "+config.EnvUIURL+")")
+	deploymentName := fs.String("deployment-name", os.Getenv(config.EnvDeploymentName), "run versioned (Temporal Worker Versioning) as a build of this worker deployment: each plan and session runs to its end on the build that started it; the README's \"Upgrading and rolling back\" moves builds (env "+config.EnvDeploymentName+"; unset: unversioned)")
+	buildID := fs.String("build-id", os.Getenv(config.EnvBuildID), "with --deployment-name: this build's ID, at most 200 bytes (env "+config.EnvBuildID+"; default the binary's version, `worker --version`)")
 	verbose := fs.Bool("v", false, "log every tool call")
 	showVersion := fs.Bool("version", false, "print which agentsaga this is and exit")
 	if err := fs.Parse(args); err != nil {
@@ -146,6 +152,10 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	}
 	if *metricsAddr == "off" {
 		*metricsAddr = ""
+	}
+	deployment, err := deploymentVersion(*deploymentName, *buildID, *dev)
+	if err != nil {
+		return UsageError{err}
 	}
 	level := slog.LevelWarn
 	if *verbose {
@@ -271,7 +281,7 @@ func Worker(ctx context.Context, args []string, o Options) error {
 		log.Warn("search attributes not registered; escalations cannot be listed until they are", "error", err)
 	}
 	w, err := sagaworker.New(c, sagaworker.Options{TaskQueue: t.TaskQueue, Tools: tools, Ledger: store, Logger: log, Operators: verifier, Webhook: hook,
-		Worker: worker.Options{Interceptors: tel.WorkerInterceptors()}})
+		Worker: worker.Options{Interceptors: tel.WorkerInterceptors()}, Deployment: deployment})
 	if err != nil {
 		return err
 	}
@@ -293,8 +303,8 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	case len(o.Tools) == 0:
 		toolsLine = "the demo tools against the sandbox at " + *sandboxURL
 	}
-	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s, API key %s\ntools: %s\ndecisions: %s\npayloads: %s\nmetrics: %s, traces: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), t.APIKeyState(), toolsLine, identity,
-		payloads, orOff(metricsURL), tracing(tel))
+	fmt.Printf("agentsaga worker on %s namespace %s task queue %s, ledger %s, API key %s\ntools: %s\ndecisions: %s\npayloads: %s\nmetrics: %s, traces: %s\nversioning: %s\n", t.Address, t.Namespace, t.TaskQueue, config.SafeDSN(dsn), t.APIKeyState(), toolsLine, identity,
+		payloads, orOff(metricsURL), tracing(tel), versioning(deployment))
 	<-ctx.Done()
 	stopSignals() // a second signal ends the process at once
 	fmt.Printf("stopping: no new tasks are taken; in-flight tool calls finish and record their outcome (up to %s)\n",
@@ -302,6 +312,45 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	w.Stop()
 	fmt.Println("stopped")
 	return nil
+}
+
+// deploymentVersion is the worker deployment version the flags ask for:
+// none without --deployment-name; the build ID defaults to the binary's
+// version, refused when the binary has none ("devel") or was built from a
+// tree with uncommitted changes ("+dirty"): two different builds would share
+// it.
+func deploymentVersion(name, buildID string, dev bool) (worker.WorkerDeploymentVersion, error) {
+	if name == "" {
+		if buildID != "" {
+			return worker.WorkerDeploymentVersion{}, fmt.Errorf("--build-id without --deployment-name (env %s): give the deployment's name too, or neither for an unversioned worker", config.EnvDeploymentName)
+		}
+		return worker.WorkerDeploymentVersion{}, nil
+	}
+	if dev {
+		return worker.WorkerDeploymentVersion{}, errors.New("--deployment-name: worker --dev runs one build on its own server; run versioned workers against a cluster")
+	}
+	if buildID == "" {
+		buildID = version.String()
+		switch {
+		case buildID == "devel":
+			return worker.WorkerDeploymentVersion{}, fmt.Errorf("--build-id: this binary carries no version (it was built without VCS information or -ldflags -X %s.Version=...): give --build-id (env %s)", version.Module+"/internal/version", config.EnvBuildID)
+		case strings.HasSuffix(buildID, "+dirty"):
+			// Two builds of one commit with different edits would share it.
+			return worker.WorkerDeploymentVersion{}, fmt.Errorf("--build-id: this binary's version %s was built from a tree with uncommitted changes, which another build may share: give --build-id (env %s)", buildID, config.EnvBuildID)
+		}
+	}
+	v := worker.WorkerDeploymentVersion{DeploymentName: name, BuildID: buildID}
+	if err := sagaworker.CheckDeployment(v); err != nil {
+		return worker.WorkerDeploymentVersion{}, fmt.Errorf("--deployment-name/--build-id: %w", err)
+	}
+	return v, nil
+}
+
+func versioning(v worker.WorkerDeploymentVersion) string {
+	if v.DeploymentName == "" {
+		return "off (unversioned: every task of the queue; --deployment-name runs versioned)"
+	}
+	return fmt.Sprintf("deployment %s build %s, plans and sessions pinned to the build that started them", v.DeploymentName, v.BuildID)
 }
 
 func orOff(url string) string {

@@ -62,12 +62,18 @@ const (
 	// EnvTools names the tool catalogue files the worker runs, a path list
 	// (catalog.EnvTools).
 	EnvTools = "AGENTSAGA_TOOLS"
+	// EnvDeploymentName and EnvBuildID run the worker under Temporal's
+	// Worker Versioning, as build EnvBuildID of worker deployment
+	// EnvDeploymentName (the worker's --deployment-name and --build-id).
+	EnvDeploymentName = "AGENTSAGA_DEPLOYMENT_NAME"
+	EnvBuildID        = "AGENTSAGA_BUILD_ID"
 )
 
 // EnvNames lists every environment variable the worker reads.
 func EnvNames() []string {
 	return []string{EnvAddress, EnvNamespace, EnvAPIKey, EnvTLS, EnvTLSCert, EnvTLSKey, EnvTLSCA, EnvTLSServer,
-		EnvTaskQueue, EnvLedger, EnvLedgerFile, EnvSandboxURL, EnvDataDir, EnvOperators, EnvCodecKeysFile, EnvCodecKeys, EnvTools}
+		EnvTaskQueue, EnvLedger, EnvLedgerFile, EnvSandboxURL, EnvDataDir, EnvOperators, EnvCodecKeysFile, EnvCodecKeys, EnvTools,
+		EnvDeploymentName, EnvBuildID}
 }
 
 // SecretEnvNames lists the environment variables that hold secrets (or may:

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,14 +119,24 @@ func TestSIGTERMLetsTheCallInFlightFinish(t *testing.T) {
 // buildWorkerBinary builds ./worker into dir and returns its path.
 func buildWorkerBinary(ctx context.Context, t *testing.T, dir string) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	require.NoError(t, err, "the go command builds the worker binary: put it on PATH")
 	out := filepath.Join(dir, "worker-bin")
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, "../worker")
+	require.NoError(t, buildWorker(ctx, out))
+	return out
+}
+
+// buildWorker builds ./worker to out with the extra go build flags.
+func buildWorker(ctx context.Context, out string, flags ...string) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("the go command builds the worker binary: put it on PATH: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, goBin, append(append([]string{"build", "-o", out}, flags...), "../worker")...)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
-	require.NoError(t, cmd.Run(), "build the worker binary:\n%s", log.String())
-	return out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build the worker binary: %w\n%s", err, log.String())
+	}
+	return nil
 }
 
 // binaryWorker is the real worker binary running as a process.

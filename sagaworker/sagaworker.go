@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -45,6 +46,46 @@ type Options struct {
 	// Worker passes SDK worker options through. Its WorkerStopTimeout is
 	// raised to StopTimeout of the tools when it is shorter.
 	Worker worker.Options
+	// Deployment, when its DeploymentName is set, runs the worker under
+	// Temporal's Worker Versioning as this version of that worker
+	// deployment (BuildID is then required): every plan and session runs
+	// to its end on the build that started it (VersioningBehavior), new
+	// ones go to the deployment's current version, and an operator moves
+	// builds with `temporal worker deployment set-current-version` (see
+	// the README, "Upgrading and rolling back"). Empty: the worker is
+	// unversioned and takes every task of its queue (dev, tests).
+	Deployment worker.WorkerDeploymentVersion
+}
+
+// MaxDeploymentIDBytes is the longest deployment name or build ID a worker
+// takes (Temporal's own limit, from its limit.maxIDLength of 1000, is
+// higher).
+const MaxDeploymentIDBytes = 200
+
+// CheckDeployment reports what is wrong with v as a worker deployment
+// version, naming the field and the rule; an empty v (unversioned) is fine.
+// Temporal's rules: neither field is empty or starts with "__", and a
+// deployment name holds no '.' or ':' (a build ID may: v0.1.0).
+func CheckDeployment(v worker.WorkerDeploymentVersion) error {
+	if v.DeploymentName == "" && v.BuildID == "" {
+		return nil
+	}
+	for _, f := range []struct{ name, value string }{{"deployment name", v.DeploymentName}, {"build ID", v.BuildID}} {
+		switch {
+		case f.value == "":
+			return fmt.Errorf("the %s is empty: give both a deployment name and a build ID, or neither for an unversioned worker", f.name)
+		case len(f.value) > MaxDeploymentIDBytes:
+			return fmt.Errorf("the %s is %d bytes, at most %d are allowed", f.name, len(f.value), MaxDeploymentIDBytes)
+		case strings.HasPrefix(f.value, "__"):
+			return fmt.Errorf("the %s %q starts with \"__\", which Temporal keeps for itself", f.name, f.value)
+		case strings.ContainsAny(f.value, " \t\r\n"):
+			return fmt.Errorf("the %s %q holds white space", f.name, f.value)
+		}
+	}
+	if strings.ContainsAny(v.DeploymentName, ".:") {
+		return fmt.Errorf("the deployment name %q holds a '.' or ':', which Temporal does not allow in it", v.DeploymentName)
+	}
+	return nil
 }
 
 // StopMargin is what StopTimeout adds beyond the longest tool call and the
@@ -83,6 +124,12 @@ func New(c client.Client, o Options) (worker.Worker, error) {
 	// A stopping worker takes no new task and lets the running calls
 	// finish and record what they did.
 	o.Worker.WorkerStopTimeout = max(o.Worker.WorkerStopTimeout, StopTimeout(o.Tools.Specs()))
+	if err := CheckDeployment(o.Deployment); err != nil {
+		return nil, fmt.Errorf("sagaworker: Options.Deployment: %w", err)
+	}
+	if o.Deployment.DeploymentName != "" {
+		o.Worker.DeploymentOptions = worker.DeploymentOptions{UseVersioning: true, Version: o.Deployment}
+	}
 	w := worker.New(c, tq, o.Worker)
 	Register(w, &workflows.Saga{Specs: o.Tools.Specs(), Operators: o.Operators},
 		&activities.Activities{Tools: o.Tools, Ledger: o.Ledger, Log: o.Logger, Webhook: o.Webhook})
@@ -92,8 +139,7 @@ func New(c client.Client, o Options) (worker.Worker, error) {
 // Register registers AgentPlan, AgentSession and every activity they call under their
 // contract names on r: a worker, or the SDK's test environment.
 func Register(r worker.Registry, saga *workflows.Saga, acts *activities.Activities) {
-	r.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
-	r.RegisterWorkflowWithOptions(saga.AgentSession, workflow.RegisterOptions{Name: workflows.SessionWorkflowName})
+	RegisterWorkflows(r, saga)
 	for name, fn := range map[string]any{
 		activities.ExecuteToolName:    acts.ExecuteTool,
 		activities.ReconcileToolName:  acts.ReconcileTool,
@@ -106,6 +152,44 @@ func Register(r worker.Registry, saga *workflows.Saga, acts *activities.Activiti
 	} {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
+}
+
+// RegisterWorkflows registers AgentPlan and AgentSession under their
+// contract names on r: a worker, the SDK's test environment or a
+// worker.WorkflowReplayer (`worker replay`).
+//
+// Both are pinned (workflow.VersioningBehaviorPinned), which matters only
+// on a versioned worker (Options.Deployment; an unversioned one sends no
+// behaviour) and changes no command a workflow issues, so every recorded
+// history replays as before. Pinned means a plan runs to its end on the
+// build that started it: its approval wait of up to 24 h, its reconcile
+// schedule, its reversals and its `status` queries all go to that build's
+// workers, whichever version is current meanwhile. A session is pinned too,
+// though it lives longer: its turns hold the same waits as a plan, and
+// auto-upgrade would hand its next workflow task to the new current build
+// with nobody having proved that build replays this history (a replay that
+// fails blocks the workflow task: the stuck plans of issue 20). A session,
+// like a plan, moves only when an operator has run `worker replay` with the
+// new build over it and then sets a versioning override (README,
+// "Upgrading and rolling back"); continue-as-new keeps its run on its build.
+func RegisterWorkflows(r WorkflowRegistry, saga *workflows.Saga) {
+	r.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{
+		Name: workflows.WorkflowName, VersioningBehavior: PlanVersioning})
+	r.RegisterWorkflowWithOptions(saga.AgentSession, workflow.RegisterOptions{
+		Name: workflows.SessionWorkflowName, VersioningBehavior: SessionVersioning})
+}
+
+// PlanVersioning and SessionVersioning are the versioning behaviours
+// AgentPlan and AgentSession are registered with (see RegisterWorkflows).
+const (
+	PlanVersioning    = workflow.VersioningBehaviorPinned
+	SessionVersioning = workflow.VersioningBehaviorPinned
+)
+
+// WorkflowRegistry is what RegisterWorkflows needs: a worker, the test
+// environment or a worker.WorkflowReplayer.
+type WorkflowRegistry interface {
+	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
 }
 
 // SearchAttributes are the product's search attributes and their types.

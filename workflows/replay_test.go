@@ -13,9 +13,9 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
+	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -64,8 +64,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
-			r.RegisterWorkflowWithOptions(saga.AgentSession, workflow.RegisterOptions{Name: workflows.SessionWorkflowName})
+			// The workers' own registration, pinned (sagaworker.RegisterWorkflows):
+			// a versioning behaviour changes no command.
+			sagaworker.RegisterWorkflows(r, saga)
 			n := 0
 			for _, f := range files {
 				if saga.Operators != nil && !strings.HasPrefix(filepath.Base(f), "v") {
@@ -93,8 +94,7 @@ func TestReplayOldWorkerHistoriesStartedWithAttributes(t *testing.T) {
 	require.NoError(t, err)
 	saga := &workflows.Saga{Specs: reg.Specs()}
 	r := worker.NewWorkflowReplayer()
-	r.RegisterWorkflowWithOptions(saga.AgentPlan, workflow.RegisterOptions{Name: workflows.WorkflowName})
-	r.RegisterWorkflowWithOptions(saga.AgentSession, workflow.RegisterOptions{Name: workflows.SessionWorkflowName})
+	sagaworker.RegisterWorkflows(r, saga)
 	logger := log.NewStructuredLogger(slog.New(slog.DiscardHandler))
 	attr := func(v any, typ string) *commonpb.Payload {
 		p, err := converter.GetDefaultDataConverter().ToPayload(v)
