@@ -26,6 +26,7 @@ const repoRoot = ".."
 var workerEnv = []string{
 	config.EnvAddress, config.EnvNamespace, config.EnvTLSCert, config.EnvTLSKey, config.EnvTLSCA, config.EnvTLSServer,
 	config.EnvTaskQueue, config.EnvLedgerFile, config.EnvSandboxURL, config.EnvCodecKeysFile, config.EnvTools, config.EnvOperators,
+	config.EnvDeploymentName, config.EnvBuildID,
 }
 
 // secrets is the environment compose needs: only the operators file (the
