@@ -151,6 +151,10 @@ type DecisionRecord struct {
 	SentAt     time.Time       `json:"sent_at"`
 	AppliedAt  time.Time       `json:"applied_at"`
 	Card       json.RawMessage `json:"card,omitempty"` // what the decider was shown
+	// CardDigest is the digest of the card the decider's client showed
+	// (workflows.CardDigest, "sha256:..."), as the decision carried and,
+	// when signed, signed it; empty for clients that send none.
+	CardDigest string `json:"card_digest,omitempty"`
 	Outcome    string          `json:"outcome,omitempty"`
 	ExternalID string          `json:"external_id,omitempty"`
 	Note       string          `json:"note,omitempty"`
