@@ -155,10 +155,10 @@ type DecisionRecord struct {
 	// (workflows.CardDigest, "sha256:..."), as the decision carried and,
 	// when signed, signed it; empty for clients that send none.
 	CardDigest string `json:"card_digest,omitempty"`
-	Outcome    string          `json:"outcome,omitempty"`
-	ExternalID string          `json:"external_id,omitempty"`
-	Note       string          `json:"note,omitempty"`
-	Refused    string          `json:"refused,omitempty"` // why the decision was not applied
+	Outcome    string `json:"outcome,omitempty"`
+	ExternalID string `json:"external_id,omitempty"`
+	Note       string `json:"note,omitempty"`
+	Refused    string `json:"refused,omitempty"` // why the decision was not applied
 	// OpenedAt is when the question this decision answers was opened, when
 	// the recorder knows it; Report measures a person's minutes with it.
 	OpenedAt time.Time `json:"opened_at,omitzero"`
