@@ -231,6 +231,8 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/" && r.Method == http.MethodGet:
 		c.page(w)
+	case r.URL.Path == "/favicon.ico":
+		w.WriteHeader(http.StatusNoContent) // no icon: nothing to fetch from anywhere
 	case strings.HasPrefix(r.URL.Path, "/static/") && r.Method == http.MethodGet:
 		c.static.ServeHTTP(w, r)
 	case r.URL.Path == "/api/questions" && r.Method == http.MethodGet:
@@ -340,24 +342,24 @@ func consoleJSON(w http.ResponseWriter, code int, v any) {
 
 // consoleItem is one question as the page shows it.
 type consoleItem struct {
-	WorkflowID string               `json:"workflow_id"`
-	QuestionID string               `json:"question_id"`
-	Kind       string               `json:"kind"`
-	Step       int                  `json:"step"`
-	Tool       string               `json:"tool"`
-	System     string               `json:"system,omitempty"`
-	Amount     string               `json:"amount,omitempty"`
-	State      string               `json:"state"`
-	OpenedAt   time.Time            `json:"opened_at"`
-	Age        string               `json:"age"`
-	ExpiresAt  time.Time            `json:"expires_at,omitzero"`
-	Expires    string               `json:"expires,omitempty"`
-	Answers    []string             `json:"answers"`
-	Clash      bool                 `json:"clash"`
-	Lines      []workflows.CardLine `json:"lines"`
-	CardDigest string               `json:"card_digest"`
-	UI         string               `json:"ui"`
-	Decision   *consoleDecision     `json:"decision,omitempty"`
+	WorkflowID string           `json:"workflow_id"`
+	QuestionID string           `json:"question_id"`
+	Kind       string           `json:"kind"`
+	Step       int              `json:"step"`
+	Tool       string           `json:"tool"`
+	System     string           `json:"system,omitempty"`
+	Amount     string           `json:"amount,omitempty"`
+	State      string           `json:"state"`
+	OpenedAt   time.Time        `json:"opened_at"`
+	Age        string           `json:"age"`
+	ExpiresAt  time.Time        `json:"expires_at,omitzero"`
+	Expires    string           `json:"expires,omitempty"`
+	Answers    []string         `json:"answers"`
+	Clash      bool             `json:"clash"`
+	Lines      []cardLine       `json:"lines"`
+	CardDigest string           `json:"card_digest"`
+	UI         string           `json:"ui"`
+	Decision   *consoleDecision `json:"decision,omitempty"`
 }
 
 // consoleDecision is the decision of a decided question.
@@ -421,7 +423,7 @@ func (c *console) item(e sagaclient.Escalation, q workflows.Question, at time.Ti
 	it := consoleItem{
 		WorkflowID: e.WorkflowID, QuestionID: q.ID, Kind: q.Kind, Step: q.Step, Tool: toolName, System: q.Card.System,
 		Amount: q.Card.Amount, State: string(e.State), OpenedAt: q.OpenedAt, Age: age(q.OpenedAt, at), ExpiresAt: q.ExpiresAt,
-		Answers: q.Answers, Clash: q.Card.Clash != "", Lines: q.Card.Lines(), CardDigest: workflows.CardDigest(q.Card), UI: c.link(e.WorkflowID),
+		Answers: q.Answers, Clash: q.Card.Clash != "", Lines: cardLines(q.Card), CardDigest: workflows.CardDigest(q.Card), UI: c.link(e.WorkflowID),
 	}
 	if it.Answers == nil {
 		it.Answers = []string{}
@@ -434,6 +436,21 @@ func (c *console) item(e sagaclient.Escalation, q workflows.Question, at time.Ti
 		}
 	}
 	return it
+}
+
+// cardLine is one labelled line of a card, as the page shows it.
+type cardLine struct {
+	Label string `json:"label"`
+	Value string `json:"value"`
+}
+
+// cardLines are the card's lines as every printer words them (Card.Lines).
+func cardLines(c workflows.Card) []cardLine {
+	var out []cardLine
+	for _, l := range c.Lines() {
+		out = append(out, cardLine{l.Label, l.Value})
+	}
+	return out
 }
 
 // remember keeps the questions shown, so a question that closes stays
