@@ -66,9 +66,13 @@ function question(page, wid, kind) {
   return page.locator(`#open article[data-workflow="${wid}"][data-kind="${kind}"]`);
 }
 
-async function decided(page, wid, text) {
+// decided waits until the question of wid is listed as decided with text,
+// or fails at once with the console's answer when it shows an error.
+async function decided(page, wid, text, asked) {
   const art = page.locator(`#decided article[data-workflow="${wid}"]`).filter({ hasText: text });
-  await art.waitFor();
+  const refused = asked.locator('.result.error');
+  await Promise.race([art.waitFor(), refused.waitFor()]);
+  if (await refused.count()) throw new Error('the console answered: ' + await refused.innerText());
   return art;
 }
 
@@ -88,7 +92,7 @@ async function approve(page, wid, ctx) {
   }
   await art.locator('textarea[name="reason"]').fill(need('REASON'));
   await art.locator('button[data-action="approve"]').click();
-  const done = await decided(page, wid, 'approved');
+  const done = await decided(page, wid, 'approved', art);
   return { card: cardText, card_digest: digest, age, expiry, decided: await done.innerText() };
 }
 
@@ -101,7 +105,7 @@ async function resolve(page, wid) {
   await art.locator('textarea[name="reason"]').fill(need('REASON'));
   if (env.EXTERNAL_ID) await art.locator('input[name="external_id"]').fill(env.EXTERNAL_ID);
   await art.locator(`button[data-action="${outcome}"]`).click();
-  const done = await decided(page, wid, 'resolved ' + outcome);
+  const done = await decided(page, wid, 'resolved ' + outcome, art);
   return { card: cardText, card_digest: digest, decided: await done.innerText() };
 }
 

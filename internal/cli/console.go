@@ -667,6 +667,13 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request) {
 		consoleError(w, http.StatusConflict, fmt.Sprintf("the card of question %s changed since the page showed it: look at it again", q.ID))
 		return
 	}
+	// Signed with the key, By is the key's name (sagaclient sets it);
+	// without one (the dev stack) the typed --by is sent, as approve sends
+	// it.
+	by := ""
+	if !c.verified {
+		by = c.operator
+	}
 	var res workflows.DecisionResult
 	switch req.Action {
 	case "approve", "reject", "override":
@@ -675,14 +682,14 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		res, err = approveShown(ctx, c.sc, c.operator, req.WorkflowID, st, q, workflows.ApproveSignal{
-			Approved: req.Action != "reject", Override: req.Action == "override", Reason: req.Reason})
+			By: by, Approved: req.Action != "reject", Override: req.Action == "override", Reason: req.Reason})
 	default:
 		if q.Kind == workflows.QuestionApproval {
 			consoleJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("question %s asks for approve or reject, not %s", q.ID, req.Action), "field": "action"})
 			return
 		}
 		res, err = resolveShown(ctx, c.sc, c.operator, req.WorkflowID, st, q, workflows.ResolveSignal{
-			Outcome: workflows.Outcome(req.Action), ExternalID: req.ExternalID, Note: req.Reason})
+			By: by, Outcome: workflows.Outcome(req.Action), ExternalID: req.ExternalID, Note: req.Reason})
 	}
 	if err != nil {
 		code := http.StatusBadGateway
