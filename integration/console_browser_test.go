@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/agentsaga/agentsaga/internal/cli"
 	"github.com/agentsaga/agentsaga/internal/devstack"
@@ -187,6 +189,7 @@ func TestConsoleApprovesARefundInTheBrowser(t *testing.T) {
 	waiting := waitStatus(ctx, t, st, run.WorkflowID, questionOn(1, workflows.QuestionApproval))
 	q := waiting.Questions[0]
 	require.Equal(t, "600.00 EUR", q.Card.Amount)
+	listedWaiting(ctx, t, st, run.WorkflowID)
 
 	env := []string{"CONSOLE_URL=" + startConsole(t, st, keyFile), "SCENARIO=approve", "WORKFLOW_ID=" + run.WorkflowID,
 		"AMOUNT=600.00 EUR", "REASON=customer verified by phone, ticket 4711"}
@@ -224,6 +227,42 @@ func TestConsoleApprovesARefundInTheBrowser(t *testing.T) {
 	require.NoError(t, cli.Run(ctx, []string{"audit", p.Key(1), "--ledger", st.LedgerDSN}, nil, &out, cli.Config{}))
 	require.Contains(t, out.String(), "approve by alice (verified)")
 	require.Contains(t, out.String(), d.CardDigest+" (the card recorded here)")
+}
+
+// readmeWaitingQuery is the README's list query for plans waiting for a
+// person, with their state ("The Temporal UI says what it shows").
+const readmeWaitingQuery = "ExecutionStatus = 'Running' AND AgentSagaNeedsHuman = true AND AgentSagaState IN ('waiting_approval', 'needs_human')"
+
+// listedWaiting waits until the README's query lists id with state
+// waiting_approval.
+func listedWaiting(ctx context.Context, t *testing.T, st *devstack.Stack, id string) {
+	t.Helper()
+	require.Contains(t, readme(t), readmeWaitingQuery, "the query tested is the README's")
+	for {
+		resp, err := st.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: readmeWaitingQuery})
+		require.NoError(t, err)
+		for _, e := range resp.GetExecutions() {
+			if e.GetExecution().GetWorkflowId() == id {
+				var state string
+				require.NoError(t, converter.GetDefaultDataConverter().FromPayload(e.GetSearchAttributes().GetIndexedFields()[workflows.SearchAttrState], &state))
+				require.Equal(t, string(workflows.SagaWaitingApproval), state)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			require.FailNow(t, "the README's query never listed "+id)
+		case <-time.After(100 * time.Millisecond): // visibility is eventually consistent: poll
+		}
+	}
+}
+
+// readme is the repository's README.
+func readme(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	return string(b)
 }
 
 // (b) of issue 21: an e-mail whose answer was lost (the relay committed it;
