@@ -311,3 +311,28 @@ func TestConsoleResolvesALostEmailInTheBrowser(t *testing.T) {
 	require.Contains(t, trail[0].Note, "found in the relay's log")
 	require.Equal(t, seen.CardDigest, trail[0].CardDigest)
 }
+
+// starter approve prints the card of the question it answers and records
+// that card's digest with the decision, signed, as the console does.
+func TestStarterApproveRecordsTheDigestOfTheCardItPrinted(t *testing.T) {
+	st, keyFile := operatorStack(t)
+	ctx := testContext(t, 2*time.Minute)
+	p := newPlan("it-cli-digest", step(t, "apply_refund", map[string]any{"order_id": "ord_it_cli_digest", "amount_minor": 70000, "currency": "EUR", "reason": "arrived damaged"}))
+	run, err := st.Plans.Start(ctx, p)
+	require.NoError(t, err)
+	waiting := waitStatus(ctx, t, st, run.WorkflowID, questionOn(1, workflows.QuestionApproval))
+	digest := workflows.CardDigest(waiting.Questions[0].Card)
+	var out bytes.Buffer
+	require.NoError(t, cli.Run(ctx, []string{"approve", run.WorkflowID, "--step", "1", "--key", keyFile, "--reason", "checked the order",
+		"--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace()}, nil, &out, cli.Config{}), out.String())
+	require.Contains(t, out.String(), "700.00 EUR", "the card is printed before the decision")
+	require.Contains(t, out.String(), "card digest  "+digest)
+	require.Contains(t, out.String(), "verified against the operators file")
+	_, err = st.Plans.WaitRun(ctx, run)
+	require.NoError(t, err)
+	trail, err := st.Ledger.Decisions(ctx, p.Key(1))
+	require.NoError(t, err)
+	require.Len(t, trail, 1)
+	require.True(t, trail[0].Verified)
+	require.Equal(t, digest, trail[0].CardDigest)
+}
