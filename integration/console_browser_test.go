@@ -194,6 +194,12 @@ func TestConsoleApprovesARefundInTheBrowser(t *testing.T) {
 	env := []string{"CONSOLE_URL=" + startConsole(t, st, keyFile), "SCENARIO=approve", "WORKFLOW_ID=" + run.WorkflowID,
 		"AMOUNT=600.00 EUR", "REASON=customer verified by phone, ticket 4711"}
 	if dir := os.Getenv(envScreenshots); dir != "" {
+		// The screenshot shows an outcome question beside the approval: an
+		// e-mail whose answer was lost, left for a person.
+		require.NoError(t, sb.Fault(ctx, sandbox.FaultSpec{Op: "mail.send", Fault: sandbox.CommitThenDrop, Count: 1}))
+		mail, err := st.Plans.Start(ctx, newPlan("it-console-shot-mail", step(t, "send_email", map[string]any{"to": "ana@example.com", "subject": "Your refund of 129.00 EUR", "body": "It is on its way."})))
+		require.NoError(t, err)
+		waitStatus(ctx, t, st, mail.WorkflowID, questionOn(1, workflows.QuestionOutcome))
 		env = append(env, envScreenshots+"="+dir, "UI_PLAN_URL="+st.Server.UIURL()+"/namespaces/"+st.Server.Namespace()+"/workflows/"+run.WorkflowID,
 			"CODEC_LOGIN_URL="+st.CodecURL+"/login", "CODEC_TOKEN="+st.CodecToken)
 	}

@@ -86,7 +86,7 @@ async function approve(page, wid, ctx) {
   const age = await art.locator('.age').innerText();
   const expiry = await art.locator('.expiry').innerText();
   if (env.AGENTSAGA_SCREENSHOTS) {
-    await page.locator('#open article').first().waitFor();
+    await page.locator('#open article[data-kind="outcome"]').first().waitFor();
     await page.screenshot({ path: join(env.AGENTSAGA_SCREENSHOTS, 'console.png'), fullPage: true });
     if (env.UI_PLAN_URL) await uiShot(ctx);
   }
