@@ -160,6 +160,9 @@ func sharedStack(t *testing.T) *devstack.Stack {
 }
 
 func closeShared() error {
+	if consoleStack.st != nil {
+		_ = consoleStack.st.Close()
+	}
 	if shared.stack == nil {
 		return nil
 	}

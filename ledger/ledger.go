@@ -151,10 +151,14 @@ type DecisionRecord struct {
 	SentAt     time.Time       `json:"sent_at"`
 	AppliedAt  time.Time       `json:"applied_at"`
 	Card       json.RawMessage `json:"card,omitempty"` // what the decider was shown
-	Outcome    string          `json:"outcome,omitempty"`
-	ExternalID string          `json:"external_id,omitempty"`
-	Note       string          `json:"note,omitempty"`
-	Refused    string          `json:"refused,omitempty"` // why the decision was not applied
+	// CardDigest is the digest of the card the decider's client showed
+	// (workflows.CardDigest, "sha256:..."), as the decision carried and,
+	// when signed, signed it; empty for clients that send none.
+	CardDigest string `json:"card_digest,omitempty"`
+	Outcome    string `json:"outcome,omitempty"`
+	ExternalID string `json:"external_id,omitempty"`
+	Note       string `json:"note,omitempty"`
+	Refused    string `json:"refused,omitempty"` // why the decision was not applied
 	// OpenedAt is when the question this decision answers was opened, when
 	// the recorder knows it; Report measures a person's minutes with it.
 	OpenedAt time.Time `json:"opened_at,omitzero"`

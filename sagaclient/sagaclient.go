@@ -245,8 +245,16 @@ func resolveAnswer(r workflows.ResolveSignal) string {
 	return ans
 }
 
-// openQuestion finds the question a decision about step answers: the one
-// named id when id is given, else the step's open question of one of kinds.
+// OpenQuestion finds, in the status s, the open question a decision about
+// step answers: the one named id when id is given (of any kind, on any
+// step), else the step's open question of one of kinds. Approve and Resolve
+// find it so; a client that shows the card first (starter approve, the
+// console) finds it with this and passes its id, fingerprint, run and card
+// digest.
+func OpenQuestion(s workflows.Status, step int, id string, kinds ...string) (workflows.Question, bool) {
+	return openQuestion(s, step, id, kinds...)
+}
+
 func openQuestion(s workflows.Status, step int, id string, kinds ...string) (workflows.Question, bool) {
 	for _, q := range s.Questions {
 		if id != "" {

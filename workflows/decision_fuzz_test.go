@@ -34,6 +34,11 @@ func FuzzDecisionPayload(f *testing.F) {
 		`{"step":1,"by":"ali\tce","outcome":"failed"}`,
 		`{"step":1,"by":"bob","run_id":"` + strings.Repeat("r", 65) + `","approved":true}`,
 		`{"step":1,"by":"bob","signature":"` + strings.Repeat("s", 129) + `","outcome":"retry"}`,
+		`{"step":1,"by":"bob","card_digest":"sha256:` + strings.Repeat("a", 64) + `","approved":true}`,
+		`{"step":1,"by":"bob","card_digest":"sha256:` + strings.Repeat("A", 64) + `","approved":true}`,
+		`{"step":1,"by":"bob","card_digest":"sha256:` + strings.Repeat("a", 63) + `\u00e9","outcome":"failed"}`,
+		`{"step":1,"by":"bob","card_digest":"md5:` + strings.Repeat("a", 67) + `","outcome":"failed"}`,
+		`{"step":1,"by":"bob","card_digest":"sha256:` + strings.Repeat("a", 6400) + `","approved":true}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -45,6 +50,7 @@ func FuzzDecisionPayload(f *testing.F) {
 			okText(t, "by", a.By, workflows.MaxByLen, true)
 			okText(t, "reason", a.Reason, workflows.MaxNoteLen, false)
 			okBounded(t, a.Fingerprint, a.RunID, a.Signature)
+			okDigest(t, a.CardDigest)
 		}
 		var s workflows.ResolveSignal
 		if json.Unmarshal(data, &s) == nil && workflows.CheckResolve(s) == nil {
@@ -52,6 +58,7 @@ func FuzzDecisionPayload(f *testing.F) {
 			okText(t, "note", s.Note, workflows.MaxNoteLen, false)
 			okText(t, "external_id", s.ExternalID, workflows.MaxExternalIDLen, false)
 			okBounded(t, "", s.RunID, s.Signature)
+			okDigest(t, s.CardDigest)
 			switch s.Outcome {
 			case workflows.OutcomeSucceeded, workflows.OutcomeFailed, workflows.OutcomeRetry:
 			default:
@@ -88,5 +95,15 @@ func okBounded(t *testing.T, fingerprint, runID, sig string) {
 	t.Helper()
 	if len(fingerprint) > workflows.MaxFingerprintLen || len(runID) > workflows.MaxRunIDLen || len(sig) > workflows.MaxSignatureLen {
 		t.Fatalf("accepted an oversize fingerprint (%d), run_id (%d) or signature (%d)", len(fingerprint), len(runID), len(sig))
+	}
+}
+
+func okDigest(t *testing.T, d string) {
+	t.Helper()
+	if d == "" {
+		return
+	}
+	if len(d) != workflows.MaxCardDigestLen || !strings.HasPrefix(d, workflows.CardDigestPrefix) || strings.Trim(d[len(workflows.CardDigestPrefix):], "0123456789abcdef") != "" {
+		t.Fatalf("accepted card_digest %q", d)
 	}
 }

@@ -498,6 +498,9 @@ func checkApprove(a ApproveSignal, strict bool) error {
 		if err := checkBounded(a.Fingerprint, a.RunID, a.Signature); err != nil {
 			return err
 		}
+		if err := CheckCardDigest(a.CardDigest); err != nil {
+			return err
+		}
 	}
 	if err := checkTextRules("by", a.By, MaxByLen, true, strict); err != nil {
 		return err
@@ -511,6 +514,9 @@ func checkApprove(a ApproveSignal, strict bool) error {
 func checkResolve(s ResolveSignal, strict bool) error {
 	if strict {
 		if err := checkBounded("", s.RunID, s.Signature); err != nil {
+			return err
+		}
+		if err := CheckCardDigest(s.CardDigest); err != nil {
 			return err
 		}
 		if len(s.Outcome) > len(OutcomeSucceeded) {
@@ -606,7 +612,7 @@ func (r *run) applyApprove(ctx workflow.Context, a ApproveSignal) (DecisionResul
 	}
 	q.decision = &Decision{
 		Kind: SignalApprove, QuestionID: q.ID, By: a.By, Verified: verified, SentAt: a.SentAt, At: workflow.Now(ctx),
-		Approved: a.Approved, Override: a.Override, Note: redact.String(a.Reason),
+		Approved: a.Approved, Override: a.Override, Note: redact.String(a.Reason), CardDigest: a.CardDigest,
 	}
 	return DecisionResult{QuestionID: q.ID, Applied: true, By: a.By, Verified: verified, SentAt: a.SentAt, Message: decisionWord(*q.decision)}, nil
 }
@@ -653,7 +659,7 @@ func (r *run) applyResolve(ctx workflow.Context, s ResolveSignal) (DecisionResul
 	}
 	d := Decision{
 		Kind: SignalResolve, QuestionID: q.ID, By: s.By, Verified: verified, SentAt: s.SentAt,
-		Outcome: s.Outcome, ExternalID: redact.String(s.ExternalID), Note: redact.String(s.Note),
+		Outcome: s.Outcome, ExternalID: redact.String(s.ExternalID), Note: redact.String(s.Note), CardDigest: s.CardDigest,
 	}
 	if q.Kind == QuestionOutcome && s.Outcome == OutcomeSucceeded {
 		// A cancelled plan still takes decisions on its open questions.
@@ -840,6 +846,7 @@ func (r *run) audit(ctx workflow.Context, key string, d Decision, q *Question) {
 	rec := ledger.DecisionRecord{
 		QuestionID: d.QuestionID, Key: key, WorkflowID: r.st.WorkflowID, Kind: auditKind(d), By: d.By, Verified: d.Verified,
 		SentAt: d.SentAt, AppliedAt: d.At, Outcome: string(d.Outcome), ExternalID: d.ExternalID, Note: d.Note, Refused: d.Refused,
+		CardDigest: d.CardDigest,
 	}
 	if d.Assertion {
 		rec.Note = strings.TrimSpace("(assertion: the tool cannot look itself up) " + rec.Note)

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"time"
@@ -76,6 +78,11 @@ type ApproveSignal struct {
 	Reason      string    `json:"reason,omitempty"`
 	SentAt      time.Time `json:"sent_at,omitzero"`
 	Signature   string    `json:"signature,omitempty"`
+	// CardDigest is CardDigest of the card the decider was shown
+	// ("sha256:" and 64 hex digits), recorded with the decision and, when
+	// set, signed (agentsaga-decision-v3). Clients from before it send
+	// none.
+	CardDigest string `json:"card_digest,omitempty"`
 }
 
 // Outcome is a human's decision about a step whose truth is unknown.
@@ -107,6 +114,8 @@ type ResolveSignal struct {
 	Note       string    `json:"note,omitempty"`
 	SentAt     time.Time `json:"sent_at,omitzero"`
 	Signature  string    `json:"signature,omitempty"`
+	// CardDigest as for ApproveSignal.
+	CardDigest string `json:"card_digest,omitempty"`
 }
 
 // DecisionResult is what the `approve` and `resolve` Updates return.
@@ -212,6 +221,9 @@ type Decision struct {
 	// Refused says why the signal was not accepted, for example a stale
 	// fingerprint. Empty for accepted decisions.
 	Refused string `json:"refused,omitempty"`
+	// CardDigest is the digest of the card the decider said they were
+	// shown (see CardDigest); empty from clients that send none.
+	CardDigest string `json:"card_digest,omitempty"`
 }
 
 // Compensation is the state of a step's reversal (storno).
@@ -284,34 +296,84 @@ const (
 )
 
 // signingPrefix versions the bytes a decision signature covers (v2: the
-// decision names its run).
-const signingPrefix = "agentsaga-decision-v2\n"
+// decision names its run); signingPrefixV3 those of a decision that names
+// the digest of the card it was shown (v3). A decision without a card
+// digest signs exactly the v2 bytes, so signatures of clients from before
+// v3 still verify, and a v3 signature never verifies as v2 (stripping the
+// digest changes the tag and the bytes).
+const (
+	signingPrefix   = "agentsaga-decision-v2\n"
+	signingPrefixV3 = "agentsaga-decision-v3\n"
+)
 
 // SigningBytes returns the bytes an operator's signature of a covers: the
 // workflow ID and every field of the decision except the signature itself
-// (its run_id included), so a signature answers exactly one question of one
-// run of one plan.
+// (its run_id and card_digest included), so a signature answers exactly one
+// question of one run of one plan, as shown on one card.
 func (a ApproveSignal) SigningBytes(workflowID string) []byte {
 	a.Signature = ""
-	return signingBytes(workflowID, SignalApprove, a)
+	return signingBytes(workflowID, SignalApprove, a.CardDigest != "", a)
 }
 
 // SigningBytes returns the bytes an operator's signature of r covers (see
 // ApproveSignal.SigningBytes).
 func (r ResolveSignal) SigningBytes(workflowID string) []byte {
 	r.Signature = ""
-	return signingBytes(workflowID, SignalResolve, r)
+	return signingBytes(workflowID, SignalResolve, r.CardDigest != "", r)
 }
 
 // signingBytes is the signed form of a decision (its signature cleared) of
-// kind for workflowID.
-func signingBytes(workflowID, kind string, decision any) []byte {
+// kind for workflowID: v3 when it names a card digest, else v2.
+func signingBytes(workflowID, kind string, v3 bool, decision any) []byte {
 	b, _ := json.Marshal(struct {
 		WorkflowID string `json:"workflow_id"`
 		Kind       string `json:"kind"`
 		Decision   any    `json:"decision"`
 	}{workflowID, kind, decision})
-	return append([]byte(signingPrefix), b...)
+	prefix := signingPrefix
+	if v3 {
+		prefix = signingPrefixV3
+	}
+	return append([]byte(prefix), b...)
+}
+
+// CardDigestPrefix starts every card digest.
+const CardDigestPrefix = "sha256:"
+
+// MaxCardDigestLen bounds a decision's card_digest: "sha256:" and 64 hex
+// digits.
+const MaxCardDigestLen = len(CardDigestPrefix) + 64
+
+// CardDigest returns the digest of a card as a decider is shown it:
+// "sha256:" and the hex SHA-256 of the card's JSON, after one round trip
+// through JSON (what a client decodes from the status and encodes again),
+// so the workflow, the CLI, the console and an auditor reading the card
+// from the audit trail all get the same digest for the same card.
+func CardDigest(c Card) string {
+	b, _ := json.Marshal(c)
+	var again Card
+	if json.Unmarshal(b, &again) == nil {
+		b, _ = json.Marshal(again)
+	}
+	sum := sha256.Sum256(b)
+	return CardDigestPrefix + hex.EncodeToString(sum[:])
+}
+
+// CheckCardDigest refuses a card digest that is not empty and not
+// "sha256:" with 64 lower-case hex digits.
+func CheckCardDigest(d string) error {
+	if d == "" {
+		return nil
+	}
+	if len(d) != MaxCardDigestLen || !strings.HasPrefix(d, CardDigestPrefix) {
+		return refused("card_digest is %d bytes: it is %q and 64 hex digits (%d bytes), the digest of the card shown", len(d), CardDigestPrefix, MaxCardDigestLen)
+	}
+	for _, c := range d[len(CardDigestPrefix):] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return refused("card_digest holds %q: it is %q and 64 lower-case hex digits", c, CardDigestPrefix)
+		}
+	}
+	return nil
 }
 
 // CardLine is one labelled line of a card, for people.

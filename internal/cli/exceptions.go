@@ -314,6 +314,27 @@ func printRecord(out io.Writer, d ledger.DecisionRecord) {
 			row("card", strings.Join(nonEmpty(c.Change, c.Object, c.Amount, c.Rule, c.Clash), "; "))
 		}
 	}
+	row("card seen", cardSeen(d))
+}
+
+// cardSeen words the card digest a decision carried: the digest, and
+// whether it is the digest of the card recorded beside it (the card the
+// workflow asked with), or that the decider's client sent none.
+func cardSeen(d ledger.DecisionRecord) string {
+	switch {
+	case d.CardDigest == "" && d.Refused == "" && d.Kind != "expire":
+		return "no digest (the decider's client sent none)"
+	case d.CardDigest == "":
+		return ""
+	}
+	var c workflows.Card
+	if len(d.Card) == 0 || json.Unmarshal(d.Card, &c) != nil {
+		return d.CardDigest
+	}
+	if workflows.CardDigest(c) == d.CardDigest {
+		return d.CardDigest + " (the card recorded here)"
+	}
+	return d.CardDigest + " (NOT the card recorded here: the decider's client showed another rendering)"
 }
 
 func nonEmpty(s ...string) []string {

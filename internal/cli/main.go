@@ -34,6 +34,7 @@ planner:
 operator:
   status ID                             a plan's steps, decisions and open questions with their cards
   escalations                           running plans that wait for a human, oldest open question first
+  console [--listen 127.0.0.1:8235] (--key FILE | --by NAME)   the same questions in a browser on this machine, decided from there
   approve ID --step N [--question Q] (--key FILE | --by NAME) [--reject] [--override] [--reason TEXT]
   resolve ID --step N [--question Q] --outcome succeeded|failed|retry (--key FILE | --by NAME) [--external-id X] [--note TEXT]
   cancel ID                             cancel a plan: it compensates what it did (terminate would not)
@@ -64,6 +65,7 @@ var synopsis = map[string]string{
 	"escalations":     "escalations: running plans that wait for a human, oldest open question first",
 	"approve":         "approve ID --step N [--question Q] (--key FILE | --by NAME) [--reject] [--override] [--reason TEXT]: answer an open approval question",
 	"resolve":         "resolve ID --step N [--question Q] --outcome succeeded|failed|retry (--key FILE | --by NAME) [--external-id X] [--note TEXT]: answer an open outcome or reversal question",
+	"console":         "console [--listen 127.0.0.1:8235] (--key FILE | --by NAME): the open questions in a browser on this machine (loopback only, a token per start), each with its card, age and expiry; approve, reject, override or resolve them there, signed with your key as approve and resolve sign",
 	"cancel":          "cancel ID: ask a plan to stop; it compensates what it did. (Terminating a workflow does NOT compensate.)",
 	"exceptions":      "exceptions: the ledger's exception queue, each row with a hint that fits its tool",
 	"audit":           "audit KEY: the ledger row of an operation key and its audit trail of human decisions",
@@ -200,7 +202,7 @@ func commands(ctx context.Context) map[string]Command {
 		"run": cmdRun, "status": cmdStatus, "approve": cmdApprove, "resolve": cmdResolve, "cancel": cmdCancel,
 		"escalations": cmdEscalations, "exceptions": cmdExceptions, "audit": cmdAudit, "ledger": cmdLedger,
 		"operator": cmdOperator, "cluster": cmdCluster, "mcp": cmdMCP, "codec": cmdCodec, "report": cmdReport,
-		"version": cmdVersion,
+		"version": cmdVersion, "console": cmdConsole,
 	}
 	for name, c := range configFrom(ctx).Commands {
 		m[name] = c

@@ -417,6 +417,7 @@ func printQuestion(out io.Writer, workflowID string, q workflows.Question, at ti
 	row("key", key)
 	row("fingerprint", q.Fingerprint)
 	row("answers", strings.Join(q.Answers, ", "))
+	row("card digest", workflows.CardDigest(q.Card))
 	row("decide", answerHint(workflowID, q))
 }
 
@@ -509,12 +510,27 @@ func cmdApprove(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	defer closeFn()
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	res, err := sc.Approve(ctx, pos[0], workflows.ApproveSignal{Step: *stepN, QuestionID: *question, Fingerprint: *fp, By: d.by,
-		Approved: !*reject, Override: *override, Reason: *reason})
+	a := workflows.ApproveSignal{Step: *stepN, QuestionID: *question, Fingerprint: *fp, By: d.by,
+		Approved: !*reject, Override: *override, Reason: *reason}
+	// The card is printed before the decision is sent, and the decision
+	// names its digest: the audit trail says what the decider saw.
+	st, q, shown, err := showQuestion(ctx, sc, textOut(out, c.json), pos[0], *stepN, *question, workflows.QuestionApproval)
 	if err != nil {
-		return decisionErr(err)
+		return err
 	}
-	return printDecision(out, c.json, pos[0], res)
+	var res workflows.DecisionResult
+	if shown {
+		res, err = approveShown(ctx, sc, deciderName(key, d.by), pos[0], st, q, a)
+	} else {
+		// Not open (answered already, or none): sent as it is, so a
+		// repeat gets its first answer and anything else the reason.
+		res, err = sc.Approve(ctx, pos[0], a)
+		err = decisionErr(err)
+	}
+	if err != nil {
+		return err
+	}
+	return printDecision(out, c.json, pos[0], res, cardDigestOf(shown, q))
 }
 
 func cmdResolve(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
@@ -547,11 +563,22 @@ func cmdResolve(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	defer closeFn()
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	res, err := sc.Resolve(ctx, pos[0], workflows.ResolveSignal{Step: *stepN, QuestionID: *question, Outcome: o, ExternalID: *ext, By: d.by, Note: *note})
+	r := workflows.ResolveSignal{Step: *stepN, QuestionID: *question, Outcome: o, ExternalID: *ext, By: d.by, Note: *note}
+	st, q, shown, err := showQuestion(ctx, sc, textOut(out, c.json), pos[0], *stepN, *question, workflows.QuestionOutcome, workflows.QuestionReversal)
 	if err != nil {
-		return decisionErr(err)
+		return err
 	}
-	return printDecision(out, c.json, pos[0], res)
+	var res workflows.DecisionResult
+	if shown {
+		res, err = resolveShown(ctx, sc, deciderName(key, d.by), pos[0], st, q, r)
+	} else {
+		res, err = sc.Resolve(ctx, pos[0], r)
+		err = decisionErr(err)
+	}
+	if err != nil {
+		return err
+	}
+	return printDecision(out, c.json, pos[0], res, cardDigestOf(shown, q))
 }
 
 // decisionErr keeps a refusal's reason and makes it exit 1.
@@ -563,12 +590,29 @@ func decisionErr(err error) error {
 	return err
 }
 
-func printDecision(out io.Writer, asJSON bool, workflowID string, res workflows.DecisionResult) error {
+// textOut is out for text output, nil with --json (one JSON document).
+func textOut(out io.Writer, asJSON bool) io.Writer {
+	if asJSON {
+		return nil
+	}
+	return out
+}
+
+// cardDigestOf is the digest of q's card when it was shown, else "".
+func cardDigestOf(shown bool, q workflows.Question) string {
+	if !shown {
+		return ""
+	}
+	return workflows.CardDigest(q.Card)
+}
+
+func printDecision(out io.Writer, asJSON bool, workflowID string, res workflows.DecisionResult, cardDigest string) error {
 	if asJSON {
 		return printJSON(out, struct {
 			WorkflowID string `json:"workflow_id"`
 			workflows.DecisionResult
-		}{workflowID, res})
+			CardDigest string `json:"card_digest,omitempty"`
+		}{workflowID, res, cardDigest})
 	}
 	what := "applied"
 	if !res.Applied {
@@ -579,6 +623,9 @@ func printDecision(out io.Writer, asJSON bool, workflowID string, res workflows.
 		who = res.By + " (verified against the operators file)"
 	}
 	fmt.Fprintf(out, "%s: question %s of %s, decided by %s\n", what, safe(res.QuestionID), safe(workflowID), safe(who))
+	if cardDigest != "" {
+		fmt.Fprintf(out, "on the card printed above, %s (recorded with the decision)\n", cardDigest)
+	}
 	if res.Message != "" {
 		fmt.Fprintf(out, "%s\n", safe(res.Message))
 	}

@@ -18,7 +18,7 @@ func testDecisions(t *testing.T, h Harness) {
 	sent := e.clock.Now().Add(-time.Second).Truncate(time.Microsecond)
 	first := ledger.DecisionRecord{QuestionID: "q-1", Key: "s1:1:0:apply_refund", WorkflowID: "agent-plan:s1:1", Kind: "approve",
 		By: "alice", Verified: true, SentAt: sent, Card: json.RawMessage(`{"amount_minor":150000,"card_number":"` + card + `"}`),
-		Note: "card " + card + " ok"}
+		Note: "card " + card + " ok", CardDigest: "sha256:" + strings.Repeat("ab", 32)}
 	id1, err := e.store.RecordDecision(e.ctx, first)
 	require.NoError(t, err)
 	e.clock.Advance(time.Minute)
@@ -49,6 +49,8 @@ func testDecisions(t *testing.T, h Harness) {
 	require.NotContains(t, d.Note, card)
 	require.NotContains(t, string(d.Card), card)
 	require.Contains(t, string(d.Card), "150000")
+	require.Equal(t, "sha256:"+strings.Repeat("ab", 32), d.CardDigest, "the card digest is kept")
+	require.Empty(t, ds[1].CardDigest, "a decision without a card digest has none")
 	require.Equal(t, "compensated", ds[1].Outcome)
 	require.Equal(t, "st_1", ds[1].ExternalID)
 	require.False(t, ds[1].Verified)

@@ -22,7 +22,7 @@ func (s *Store) RecordDecision(ctx context.Context, d ledger.DecisionRecord) (in
 	var id int64
 	err := s.db.QueryRowContext(ctx, s.q.decision, cleanText(d.QuestionID), cleanText(d.Key), cleanText(d.WorkflowID),
 		cleanText(d.Kind), cleanText(d.By), d.Verified, s.t(d.SentAt), s.t(d.AppliedAt), s.nowArg(), jsonArg(d.Card),
-		note(d.Outcome), cleanText(d.ExternalID), note(d.Note), note(d.Refused), s.t(d.OpenedAt)).Scan(&id)
+		note(d.Outcome), cleanText(d.ExternalID), note(d.Note), note(d.Refused), s.t(d.OpenedAt), cleanText(d.CardDigest)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("ledger record decision on %q: %w", d.Key, err)
 	}
@@ -56,7 +56,7 @@ func (s *Store) Decisions(ctx context.Context, key string) ([]ledger.DecisionRec
 			card          sql.NullString
 		)
 		if err := rows.Scan(&d.ID, &d.QuestionID, &d.Key, &d.WorkflowID, &d.Kind, &d.By, &d.Verified, &sent, &applied,
-			&card, &d.Outcome, &d.ExternalID, &d.Note, &d.Refused, &opened); err != nil {
+			&card, &d.Outcome, &d.ExternalID, &d.Note, &d.Refused, &opened, &d.CardDigest); err != nil {
 			return nil, fmt.Errorf("ledger decisions of %q: %w", key, err)
 		}
 		d.SentAt, d.AppliedAt, d.OpenedAt = sent.Time, applied.Time, opened.Time

@@ -274,10 +274,10 @@ func newQueries(expand func(string) string) queries {
 		grant: expand(`INSERT INTO permits (permit_id, operation_key, request_hash, policy, override, granted_by, holders, granted_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE({time}, {now})) ON CONFLICT (permit_id) DO NOTHING`),
 		decision: expand(`INSERT INTO decisions (question_id, operation_key, workflow_id, kind, decided_by, verified,
-			sent_at, applied_at, card, outcome, external_id, note, refused, opened_at)
-			VALUES (?, ?, ?, ?, ?, ?, {time}, COALESCE({time}, {now}), ?, ?, ?, ?, ?, {time}) RETURNING id`),
+			sent_at, applied_at, card, outcome, external_id, note, refused, opened_at, card_digest)
+			VALUES (?, ?, ?, ?, ?, ?, {time}, COALESCE({time}, {now}), ?, ?, ?, ?, ?, {time}, ?) RETURNING id`),
 		decisions: expand(`SELECT id, question_id, operation_key, workflow_id, kind, decided_by, verified, sent_at,
-			applied_at, card, outcome, external_id, note, refused, opened_at
+			applied_at, card, outcome, external_id, note, refused, opened_at, card_digest
 			FROM decisions WHERE operation_key IN (?, ?) OR (operation_key > ? AND operation_key < ?) ORDER BY id`),
 	}
 }

@@ -1,0 +1,133 @@
+// Drives `starter console` in Debian's Chromium, as an operator would, for
+// integration/console_browser_test.go. It reads what to do from the
+// environment, waits for page conditions (never for a fixed time), and
+// prints one JSON line with what it saw; it exits 1 with the reason on
+// any failure.
+//
+//   CONSOLE_URL   the URL the console printed (token included)
+//   SCENARIO      approve | resolve
+//   WORKFLOW_ID   the plan whose question to decide
+//   AMOUNT        approve: the amount the card must show (600.00 EUR)
+//   REASON        the reason typed
+//   OUTCOME       resolve: succeeded | failed | retry
+//   EXTERNAL_ID   resolve succeeded: the provider's id typed
+//   CHROMIUM      the browser (default /usr/bin/chromium)
+//   AGENTSAGA_SCREENSHOTS  a directory: write console.png there and, with
+//                 UI_PLAN_URL, CODEC_LOGIN_URL and CODEC_TOKEN, ui-plan.png
+//                 of the Temporal UI's page of the plan (approve scenario)
+import { chromium } from 'playwright-core';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const env = process.env;
+const need = (name) => {
+  if (!env[name]) throw new Error(`set ${name}`);
+  return env[name];
+};
+const TIMEOUT = 20000;
+
+async function main() {
+  const url = need('CONSOLE_URL');
+  const scenario = need('SCENARIO');
+  const wid = need('WORKFLOW_ID');
+  const dir = mkdtempSync(join(tmpdir(), 'agentsaga-chromium-'));
+  const ctx = await chromium.launchPersistentContext(dir, {
+    executablePath: env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    viewport: { width: 1280, height: 900 },
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  const problems = [];
+  try {
+    const page = ctx.pages()[0] || await ctx.newPage();
+    page.setDefaultTimeout(TIMEOUT);
+    page.on('console', (m) => {
+      if (m.type() === 'error') problems.push('console error: ' + m.text());
+    });
+    page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+    const resp = await page.goto(url);
+    if (!resp || !resp.ok()) throw new Error(`opening the console answered ${resp && resp.status()}`);
+    if (page.url().includes('token=')) throw new Error('the token stayed in the address: ' + page.url());
+    await page.locator('body[data-loaded="true"]').waitFor();
+
+    const out = scenario === 'approve' ? await approve(page, wid, ctx) : await resolve(page, wid);
+    if (problems.length) throw new Error(problems.join('; '));
+    out.url_after_login = page.url();
+    console.log(JSON.stringify(out));
+  } finally {
+    await ctx.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function question(page, wid, kind) {
+  return page.locator(`#open article[data-workflow="${wid}"][data-kind="${kind}"]`);
+}
+
+// decided waits until the question of wid is listed as decided with text,
+// or fails at once with the console's answer when it shows an error.
+async function decided(page, wid, text, asked) {
+  const art = page.locator(`#decided article[data-workflow="${wid}"]`).filter({ hasText: text });
+  const refused = asked.locator('.result.error');
+  await Promise.race([art.waitFor(), refused.waitFor()]);
+  if (await refused.count()) throw new Error('the console answered: ' + await refused.innerText());
+  return art;
+}
+
+async function approve(page, wid, ctx) {
+  const amount = need('AMOUNT');
+  const art = question(page, wid, 'approval');
+  await art.waitFor();
+  const cardText = await art.locator('dl.card').innerText();
+  if (!cardText.includes(amount)) throw new Error(`the card does not show ${amount}: ${cardText}`);
+  const digest = (await art.locator('.digest').innerText()).replace(/^card /, '');
+  const age = await art.locator('.age').innerText();
+  const expiry = await art.locator('.expiry').innerText();
+  if (env.AGENTSAGA_SCREENSHOTS) {
+    await page.locator('#open article[data-kind="outcome"]').first().waitFor();
+    await page.screenshot({ path: join(env.AGENTSAGA_SCREENSHOTS, 'console.png'), fullPage: true });
+    if (env.UI_PLAN_URL) await uiShot(ctx);
+  }
+  await art.locator('textarea[name="reason"]').fill(need('REASON'));
+  await art.locator('button[data-action="approve"]').click();
+  const done = await decided(page, wid, 'approved', art);
+  return { card: cardText, card_digest: digest, age, expiry, decided: await done.innerText() };
+}
+
+async function resolve(page, wid) {
+  const outcome = need('OUTCOME');
+  const art = question(page, wid, 'outcome');
+  await art.waitFor();
+  const cardText = await art.locator('dl.card').innerText();
+  const digest = (await art.locator('.digest').innerText()).replace(/^card /, '');
+  await art.locator('textarea[name="reason"]').fill(need('REASON'));
+  if (env.EXTERNAL_ID) await art.locator('input[name="external_id"]').fill(env.EXTERNAL_ID);
+  await art.locator(`button[data-action="${outcome}"]`).click();
+  const done = await decided(page, wid, 'resolved ' + outcome, art);
+  return { card: cardText, card_digest: digest, decided: await done.innerText() };
+}
+
+// uiShot logs in at the codec server (so the UI decodes payloads) and takes
+// the Temporal UI's page of the plan, with the card in its current details.
+async function uiShot(ctx) {
+  const page = await ctx.newPage();
+  page.setDefaultTimeout(TIMEOUT);
+  await page.setViewportSize({ width: 1280, height: 1080 });
+  await page.goto(need('CODEC_LOGIN_URL'));
+  await page.locator('input[name="token"]').fill(need('CODEC_TOKEN'));
+  await Promise.all([page.waitForNavigation(), page.locator('button[type="submit"]').click()]);
+  await page.goto(need('UI_PLAN_URL'));
+  // The card is the plan's current details, under the User Metadata tab.
+  await page.getByText('User Metadata', { exact: true }).first().click();
+  // The UI renders the current details' markdown in a frame of its own.
+  await page.frameLocator('#user-metadata-current-details').getByText(/Open question q\d+-step\d+-approval/).waitFor();
+  await page.screenshot({ path: join(env.AGENTSAGA_SCREENSHOTS, 'ui-plan.png'), fullPage: false });
+  await page.close();
+}
+
+main().catch((e) => {
+  console.error(String(e && e.stack || e));
+  process.exit(1);
+});

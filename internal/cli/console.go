@@ -1,0 +1,712 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentsaga/agentsaga/internal/consoleui"
+	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/sagaclient"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// `starter console`: the operator's inbox in a browser on the operator's own
+// machine. Security model (README, "Deciding from the console"):
+//
+//   - it listens on a loopback address only (--listen is refused otherwise);
+//   - each start makes a fresh random token, printed as the URL to open; the
+//     first request bearing it gets an HttpOnly, SameSite=Strict session
+//     cookie and a redirect that drops the token from the address bar; the
+//     token is then spent;
+//   - every request must name the console's own Host (DNS rebinding) and,
+//     when it has an Origin, the console's own origin; every other request
+//     needs the session cookie;
+//   - POSTs also need the console's origin, JSON, and the page's CSRF token
+//     in X-Agentsaga-CSRF;
+//   - the page is the embedded consoleui assets only, under a strict
+//     Content-Security-Policy (no inline script or style, nothing from
+//     elsewhere, no framing);
+//   - decisions are signed here, with the --key the console was started
+//     with, through the same code as starter approve/resolve
+//     (approveShown, resolveShown); the key never reaches the browser.
+
+// Limits of the console's input; each error names the field and its limit.
+const (
+	// maxConsoleBody bounds a POST body (as a decision payload).
+	maxConsoleBody = workflows.MaxDecisionBytes
+	// maxConsoleWorkflowID bounds a decision's workflow_id.
+	maxConsoleWorkflowID = 512
+	// maxDecided bounds the decided questions the console keeps showing,
+	// and maxSeen the questions it remembers having shown.
+	maxDecided = 200
+	maxSeen    = 1000
+	// defaultConsoleAddr is where the console listens by default.
+	defaultConsoleAddr = "127.0.0.1:8235"
+	// consoleCookie names the session cookie.
+	consoleCookie = "agentsaga_console"
+	// csrfHeader carries the page's CSRF token on POSTs.
+	csrfHeader = "X-Agentsaga-CSRF"
+)
+
+// consoleCSP is the page's Content-Security-Policy: its own script, style
+// and API only; no inline script or style, no plugin, no frame, no form
+// posted anywhere, no base URL.
+const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
+	fs := flag.NewFlagSet("console", flag.ContinueOnError)
+	var c conn
+	c.register(fs)
+	var d decider
+	d.register(fs)
+	listen := fs.String("listen", defaultConsoleAddr, "where the page is served: a loopback address only (127.0.0.1, [::1] or localhost; port 0 picks a free one)")
+	pos, err := parse(fs, args, out)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("console: takes no arguments (see starter console --help)")
+	}
+	addr, err := loopbackListen(*listen)
+	if err != nil {
+		return err
+	}
+	key, err := d.load("console")
+	if err != nil {
+		return err
+	}
+	sc, closeFn, err := c.dial(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("console: listen on %s: %w (give another --listen, such as 127.0.0.1:0)", addr, err)
+	}
+	srv, err := newConsole(sc, deciderName(key, d.by), key != nil, d.timeout, c.link, ln.Addr().String())
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
+	url := srv.origin + "/?token=" + srv.token
+	if c.json {
+		_ = printJSONCompact(out, map[string]any{"url": url, "operator": srv.operator, "verified": srv.verified})
+	} else {
+		how := "signs with the operator key " + d.key
+		if key == nil {
+			how = "sends the typed name, recorded as unverified"
+		}
+		fmt.Fprintf(out, "console for %s (%s)\nopen %s\n(the link works once, in one browser; Ctrl-C stops the console)\n", safe(srv.operator), safe(how), url)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("console: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	return nil
+}
+
+// loopbackListen checks a --listen address: host and port, the host a
+// loopback IP or localhost (served on 127.0.0.1).
+func loopbackListen(listen string) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || len(listen) > 300 {
+		return "", usageErr("console: --listen %q is not HOST:PORT (such as %s; at most 300 bytes)", clipText(listen, 80), defaultConsoleAddr)
+	}
+	if strings.EqualFold(host, "localhost") {
+		host = "127.0.0.1"
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return "", usageErr("console: --listen %q is not a loopback address: the console serves this machine only (127.0.0.1, [::1] or localhost)", clipText(listen, 80))
+	}
+	return net.JoinHostPort(ip.String(), port), nil
+}
+
+func clipText(s string, n int) string {
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "..."
+	}
+	return s
+}
+
+// console is the console's HTTP handler and what it remembers.
+type console struct {
+	sc       *sagaclient.Client
+	operator string
+	verified bool
+	timeout  time.Duration
+	link     func(string) string
+	origin   string          // http://host:port, as served
+	hosts    map[string]bool // Host headers that name the console
+	static   http.Handler
+
+	mu      sync.Mutex
+	token   string // the one-time token of the printed URL; "" once spent
+	session string // the cookie's value, set when the token is spent
+	csrf    string
+	seen    map[string]seenQuestion // questions shown, by workflow and question id
+	order   []string                // seen keys, oldest first
+	decided []consoleItem           // newest first
+}
+
+// seenQuestion is a question the console showed, with its card as shown.
+type seenQuestion struct {
+	item consoleItem
+	done bool
+}
+
+func newConsole(sc *sagaclient.Client, operator string, verified bool, timeout time.Duration, link func(string) string, addr string) (*console, error) {
+	tok, err := randomToken()
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("console: address %s: %w", addr, err)
+	}
+	hosts := map[string]bool{addr: true}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		hosts["localhost:"+port] = true
+	}
+	return &console{
+		sc: sc, operator: operator, verified: verified, timeout: timeout, link: link,
+		origin: "http://" + addr, hosts: hosts, token: tok, seen: map[string]seenQuestion{},
+		static: http.StripPrefix("/static/", http.FileServerFS(consoleui.Static())),
+	}, nil
+}
+
+func randomToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("console: make a token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// ServeHTTP checks every request (Host, Origin, session) before it routes it.
+func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", consoleCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+	if err := c.checkOrigin(r); err != nil {
+		consoleError(w, http.StatusForbidden, err.Error())
+		return
+	}
+	if r.URL.Path == "/" && r.URL.Query().Has("token") {
+		c.exchange(w, r)
+		return
+	}
+	if !c.hasSession(r) {
+		consoleError(w, http.StatusForbidden, "no console session: open the link `starter console` printed (it works once; start the console again for a new one)")
+		return
+	}
+	switch {
+	case r.URL.Path == "/" && r.Method == http.MethodGet:
+		c.page(w)
+	case r.URL.Path == "/favicon.ico":
+		w.WriteHeader(http.StatusNoContent) // no icon: nothing to fetch from anywhere
+	case strings.HasPrefix(r.URL.Path, "/static/") && r.Method == http.MethodGet:
+		c.static.ServeHTTP(w, r)
+	case r.URL.Path == "/api/questions" && r.Method == http.MethodGet:
+		c.questions(w, r)
+	case r.URL.Path == "/api/decide" && r.Method == http.MethodPost:
+		c.decide(w, r)
+	default:
+		consoleError(w, http.StatusNotFound, "no such page")
+	}
+}
+
+// checkOrigin refuses a request that does not name the console: a Host
+// other than the address it serves (a page whose name was rebound to
+// 127.0.0.1 sends its own name), an Origin other than the console's, a
+// cross-site fetch; and, for a POST, one without Origin, without JSON or
+// without the CSRF header (checked with the session in decide).
+func (c *console) checkOrigin(r *http.Request) error {
+	if !c.hosts[r.Host] {
+		return fmt.Errorf("refused: the Host header %q is not this console's address %s; open the link the console printed", clipText(r.Host, 100), strings.TrimPrefix(c.origin, "http://"))
+	}
+	origin := r.Header.Get("Origin")
+	if origin != "" && origin != "http://"+r.Host {
+		return fmt.Errorf("refused: a request from origin %q; the console answers only its own page", clipText(origin, 100))
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return fmt.Errorf("refused: a %s request; the console answers only its own page", clipText(site, 40))
+	}
+	if r.Method == http.MethodPost {
+		if origin == "" {
+			return errors.New("refused: a POST without Origin; decide from the console's page")
+		}
+		if mt := strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]); !strings.EqualFold(mt, "application/json") {
+			return errors.New("refused: a POST that is not application/json")
+		}
+	} else if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return fmt.Errorf("refused: method %s", clipText(r.Method, 20))
+	}
+	return nil
+}
+
+// exchange spends the one-time token for a session cookie and redirects to
+// the page without the token in its address.
+func (c *console) exchange(w http.ResponseWriter, r *http.Request) {
+	got := r.URL.Query().Get("token")
+	c.mu.Lock()
+	ok := c.token != "" && len(got) == len(c.token) && subtle.ConstantTimeCompare([]byte(got), []byte(c.token)) == 1
+	if ok {
+		c.token = ""
+	}
+	c.mu.Unlock()
+	if !ok {
+		consoleError(w, http.StatusForbidden, "this console link was used already or is not this console's: start `starter console` again for a new one")
+		return
+	}
+	session, err := randomToken()
+	var csrf string
+	if err == nil {
+		csrf, err = randomToken()
+	}
+	if err != nil {
+		consoleError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	c.mu.Lock()
+	c.session, c.csrf = session, csrf
+	c.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: session, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func (c *console) hasSession(r *http.Request) bool {
+	ck, err := r.Cookie(consoleCookie)
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.session != "" && len(ck.Value) == len(c.session) && subtle.ConstantTimeCompare([]byte(ck.Value), []byte(c.session)) == 1
+}
+
+func (c *console) page(w http.ResponseWriter) {
+	c.mu.Lock()
+	data := consoleui.PageData{CSRF: c.csrf, Operator: c.operator, Verified: c.verified}
+	c.mu.Unlock()
+	var buf bytes.Buffer
+	if err := consoleui.Page.Execute(&buf, data); err != nil {
+		consoleError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+func consoleError(w http.ResponseWriter, code int, msg string) {
+	consoleJSON(w, code, map[string]string{"error": msg})
+}
+
+func consoleJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"could not encode the answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+// consoleItem is one question as the page shows it.
+type consoleItem struct {
+	WorkflowID string           `json:"workflow_id"`
+	QuestionID string           `json:"question_id"`
+	Kind       string           `json:"kind"`
+	Step       int              `json:"step"`
+	Tool       string           `json:"tool"`
+	System     string           `json:"system,omitempty"`
+	Amount     string           `json:"amount,omitempty"`
+	State      string           `json:"state"`
+	OpenedAt   time.Time        `json:"opened_at"`
+	Age        string           `json:"age"`
+	ExpiresAt  time.Time        `json:"expires_at,omitzero"`
+	Expires    string           `json:"expires,omitempty"`
+	Answers    []string         `json:"answers"`
+	Clash      bool             `json:"clash"`
+	Lines      []cardLine       `json:"lines"`
+	CardDigest string           `json:"card_digest"`
+	UI         string           `json:"ui"`
+	Decision   *consoleDecision `json:"decision,omitempty"`
+}
+
+// consoleDecision is the decision of a decided question.
+type consoleDecision struct {
+	By       string `json:"by"`
+	Verified bool   `json:"verified"`
+	At       string `json:"at"`
+	Verdict  string `json:"verdict"`
+	Note     string `json:"note,omitempty"`
+	CardSeen string `json:"card_seen"`
+}
+
+// questions answers the page's poll: the open questions, oldest first, and
+// the questions decided since the console started, newest first.
+func (c *console) questions(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	at := now()
+	list, err := c.sc.Escalations(ctx)
+	resp := struct {
+		Now     string        `json:"now"`
+		Open    []consoleItem `json:"open"`
+		Decided []consoleItem `json:"decided"`
+		Error   string        `json:"error,omitempty"`
+	}{Now: at.UTC().Format(time.RFC3339), Open: []consoleItem{}}
+	if err != nil {
+		resp.Error = "could not list the plans waiting for a person: " + err.Error()
+	}
+	open := map[string]bool{}
+	var problems []string
+	for _, e := range list {
+		if e.StatusError != "" {
+			problems = append(problems, fmt.Sprintf("%s: %s", e.WorkflowID, e.StatusError))
+		}
+		for _, q := range e.Questions {
+			it := c.item(e, q, at)
+			resp.Open = append(resp.Open, it)
+			open[it.WorkflowID+"\x00"+it.QuestionID] = true
+		}
+	}
+	sort.SliceStable(resp.Open, func(i, j int) bool { return resp.Open[i].OpenedAt.Before(resp.Open[j].OpenedAt) })
+	if len(problems) > 0 && resp.Error == "" {
+		resp.Error = "status unavailable for " + strings.Join(problems, "; ")
+	}
+	c.remember(resp.Open)
+	c.settle(ctx, open)
+	c.mu.Lock()
+	resp.Decided = append([]consoleItem{}, c.decided...)
+	c.mu.Unlock()
+	consoleJSON(w, http.StatusOK, resp)
+}
+
+// item words question q of escalation e for the page.
+func (c *console) item(e sagaclient.Escalation, q workflows.Question, at time.Time) consoleItem {
+	toolName, _, _ := strings.Cut(q.Card.Change, ":")
+	for _, s := range e.Steps {
+		if s.Step == q.Step && s.Tool != "" {
+			toolName = s.Tool
+		}
+	}
+	it := consoleItem{
+		WorkflowID: e.WorkflowID, QuestionID: q.ID, Kind: q.Kind, Step: q.Step, Tool: toolName, System: q.Card.System,
+		Amount: q.Card.Amount, State: string(e.State), OpenedAt: q.OpenedAt, Age: age(q.OpenedAt, at), ExpiresAt: q.ExpiresAt,
+		Answers: q.Answers, Clash: q.Card.Clash != "", Lines: cardLines(q.Card), CardDigest: workflows.CardDigest(q.Card), UI: c.link(e.WorkflowID),
+	}
+	if it.Answers == nil {
+		it.Answers = []string{}
+	}
+	if !q.ExpiresAt.IsZero() {
+		if left := q.ExpiresAt.Sub(at).Round(time.Second); left > 0 {
+			it.Expires = fmt.Sprintf("expires in %s (then rejected and compensated)", left)
+		} else {
+			it.Expires = "expired"
+		}
+	}
+	return it
+}
+
+// cardLine is one labelled line of a card, as the page shows it.
+type cardLine struct {
+	Label string `json:"label"`
+	Value string `json:"value"`
+}
+
+// cardLines are the card's lines as every printer words them (Card.Lines).
+func cardLines(c workflows.Card) []cardLine {
+	var out []cardLine
+	for _, l := range c.Lines() {
+		out = append(out, cardLine{l.Label, l.Value})
+	}
+	return out
+}
+
+// remember keeps the questions shown, so a question that closes stays
+// visible with its decision.
+func (c *console) remember(items []consoleItem) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, it := range items {
+		k := it.WorkflowID + "\x00" + it.QuestionID
+		if _, ok := c.seen[k]; ok {
+			continue
+		}
+		c.seen[k] = seenQuestion{item: it}
+		c.order = append(c.order, k)
+		if len(c.order) > maxSeen {
+			delete(c.seen, c.order[0])
+			c.order = c.order[1:]
+		}
+	}
+}
+
+// settle looks up the decisions of questions shown that are no longer open
+// (one status query per plan), and keeps them as decided.
+func (c *console) settle(ctx context.Context, open map[string]bool) {
+	c.mu.Lock()
+	byPlan := map[string][]string{}
+	for _, k := range c.order {
+		s := c.seen[k]
+		if !s.done && !open[k] {
+			byPlan[s.item.WorkflowID] = append(byPlan[s.item.WorkflowID], k)
+		}
+	}
+	c.mu.Unlock()
+	for id, keys := range byPlan {
+		st, err := c.sc.Status(ctx, id)
+		if err != nil {
+			continue // asked again on the next poll
+		}
+		c.mu.Lock()
+		for _, k := range keys {
+			s := c.seen[k]
+			if d, ok := decisionOf(st, s.item.QuestionID); ok {
+				s.done = true
+				s.item.Decision = describeDecision(d, s.item.CardDigest)
+				c.seen[k] = s
+				c.decided = append([]consoleItem{s.item}, c.decided...)
+				if len(c.decided) > maxDecided {
+					c.decided = c.decided[:maxDecided]
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// decisionOf finds the decision that closed question qid in st.
+func decisionOf(st workflows.Status, qid string) (workflows.Decision, bool) {
+	for _, s := range st.Steps {
+		for _, d := range s.Decisions {
+			if d.QuestionID == qid && d.Refused == "" {
+				return d, true
+			}
+		}
+	}
+	return workflows.Decision{}, false
+}
+
+func describeDecision(d workflows.Decision, shownDigest string) *consoleDecision {
+	verdict := string(d.Outcome)
+	switch {
+	case d.Kind == "expire":
+		verdict = "expired"
+	case d.Kind == workflows.SignalApprove && d.Approved && d.Override:
+		verdict = "approved with override"
+	case d.Kind == workflows.SignalApprove && d.Approved:
+		verdict = "approved"
+	case d.Kind == workflows.SignalApprove:
+		verdict = "rejected"
+	default:
+		verdict = "resolved " + verdict
+	}
+	if d.ExternalID != "" {
+		verdict += " (external id " + d.ExternalID + ")"
+	}
+	seen := "card digest " + d.CardDigest + " recorded with the decision"
+	switch {
+	case d.Kind == "expire":
+		seen = "nobody decided: the question expired"
+	case d.CardDigest == "":
+		seen = "no card digest recorded (decided by a client that sends none)"
+	case d.CardDigest == shownDigest:
+		seen = "card digest " + d.CardDigest + " recorded with the decision: the card shown here"
+	}
+	return &consoleDecision{By: d.By, Verified: d.Verified, At: d.At.UTC().Format(time.RFC3339), Verdict: verdict, Note: d.Note, CardSeen: seen}
+}
+
+// decideRequest is the body of POST /api/decide.
+type decideRequest struct {
+	WorkflowID string `json:"workflow_id"`
+	QuestionID string `json:"question_id"`
+	// Action is approve, reject or override (approval questions), or
+	// succeeded, failed or retry (outcome and reversal questions).
+	Action     string `json:"action"`
+	Reason     string `json:"reason"`
+	ExternalID string `json:"external_id,omitempty"`
+	// CardDigest is the digest of the card the page showed.
+	CardDigest string `json:"card_digest"`
+}
+
+// fieldError is an input error naming its field.
+type fieldError struct{ field, msg string }
+
+func (e *fieldError) Error() string { return e.msg }
+
+func badField(field, format string, args ...any) error {
+	return &fieldError{field: field, msg: fmt.Sprintf(format, args...)}
+}
+
+// parseDecideRequest reads a decide body as strictly as a decision: at most
+// maxConsoleBody bytes of plain JSON (UTF-8, no key twice, no unknown
+// field), every field within its limit and named when it is not. The
+// decision's own checks (workflows.CheckApprove/CheckResolve) run again on
+// the decision built from it.
+func parseDecideRequest(body []byte) (decideRequest, error) {
+	var d decideRequest
+	if len(body) > maxConsoleBody {
+		return d, badField("body", "the request is %d bytes, the limit is %d", len(body), maxConsoleBody)
+	}
+	if err := plan.CheckJSON(body, maxConsoleBody); err != nil {
+		return d, badField("body", "the request is not plain JSON: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return d, badField("body", "the request does not fit: %s", clipText(err.Error(), 200))
+	}
+	if dec.More() {
+		return d, badField("body", "the request holds more than one JSON value")
+	}
+	for _, f := range []struct {
+		name, v  string
+		limit    int
+		required bool
+	}{
+		{"workflow_id", d.WorkflowID, maxConsoleWorkflowID, true},
+		{"question_id", d.QuestionID, workflows.MaxQuestionIDLen, true},
+		{"reason", d.Reason, workflows.MaxNoteLen, true},
+		{"external_id", d.ExternalID, workflows.MaxExternalIDLen, false},
+		{"card_digest", d.CardDigest, workflows.MaxCardDigestLen, true},
+	} {
+		switch {
+		case f.required && strings.TrimSpace(f.v) == "":
+			what := map[string]string{"reason": "say why you decide"}[f.name]
+			if what == "" {
+				what = "reload the page"
+			}
+			return d, badField(f.name, "%s is required (at most %d bytes): %s", f.name, f.limit, what)
+		case len(f.v) > f.limit:
+			return d, badField(f.name, "%s is %d bytes, the limit is %d", f.name, len(f.v), f.limit)
+		}
+	}
+	if err := workflows.CheckCardDigest(d.CardDigest); err != nil {
+		return d, badField("card_digest", "%v", err)
+	}
+	switch d.Action {
+	case "approve", "reject", "override", string(workflows.OutcomeSucceeded), string(workflows.OutcomeFailed), string(workflows.OutcomeRetry):
+	default:
+		return d, badField("action", "action %q is not one of approve, reject, override, succeeded, failed, retry", clipText(d.Action, 40))
+	}
+	if d.ExternalID != "" && d.Action != string(workflows.OutcomeSucceeded) {
+		return d, badField("external_id", "external_id goes only with succeeded")
+	}
+	return d, nil
+}
+
+// decide answers POST /api/decide: the question must still be open with the
+// card the page showed; the decision goes through approveShown or
+// resolveShown, as starter approve and resolve send it.
+func (c *console) decide(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	csrf := c.csrf
+	c.mu.Unlock()
+	got := r.Header.Get(csrfHeader)
+	if csrf == "" || len(got) != len(csrf) || subtle.ConstantTimeCompare([]byte(got), []byte(csrf)) != 1 {
+		consoleError(w, http.StatusForbidden, "refused: the request lacks the page's CSRF token; decide from the console's page")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxConsoleBody))
+	if err != nil {
+		consoleJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("the request is over the limit of %d bytes", maxConsoleBody), "field": "body"})
+		return
+	}
+	req, err := parseDecideRequest(body)
+	if err != nil {
+		field := ""
+		var fe *fieldError
+		if errors.As(err, &fe) {
+			field = fe.field
+		}
+		consoleJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "field": field})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), c.timeout)
+	defer cancel()
+	st, q, ok, err := showQuestion(ctx, c.sc, nil, req.WorkflowID, 0, req.QuestionID)
+	switch {
+	case err != nil:
+		consoleError(w, http.StatusBadGateway, err.Error())
+		return
+	case !ok:
+		consoleError(w, http.StatusConflict, fmt.Sprintf("question %s of %s is not open any more (answered or expired): the list shows what happened", req.QuestionID, req.WorkflowID))
+		return
+	case workflows.CardDigest(q.Card) != req.CardDigest:
+		consoleError(w, http.StatusConflict, fmt.Sprintf("the card of question %s changed since the page showed it: look at it again", q.ID))
+		return
+	}
+	// Signed with the key, By is the key's name (sagaclient sets it);
+	// without one (the dev stack) the typed --by is sent, as approve sends
+	// it.
+	by := ""
+	if !c.verified {
+		by = c.operator
+	}
+	var res workflows.DecisionResult
+	switch req.Action {
+	case "approve", "reject", "override":
+		if q.Kind != workflows.QuestionApproval {
+			consoleJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("question %s asks for an outcome (%s), not an approval", q.ID, strings.Join(q.Answers, ", ")), "field": "action"})
+			return
+		}
+		res, err = approveShown(ctx, c.sc, c.operator, req.WorkflowID, st, q, workflows.ApproveSignal{
+			By: by, Approved: req.Action != "reject", Override: req.Action == "override", Reason: req.Reason})
+	default:
+		if q.Kind == workflows.QuestionApproval {
+			consoleJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("question %s asks for approve or reject, not %s", q.ID, req.Action), "field": "action"})
+			return
+		}
+		res, err = resolveShown(ctx, c.sc, c.operator, req.WorkflowID, st, q, workflows.ResolveSignal{
+			By: by, Outcome: workflows.Outcome(req.Action), ExternalID: req.ExternalID, Note: req.Reason})
+	}
+	if err != nil {
+		code := http.StatusBadGateway
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = map[int]int{1: http.StatusConflict, 2: http.StatusBadRequest}[ee.code]
+		}
+		consoleError(w, code, err.Error())
+		return
+	}
+	who := res.By + " (unverified: typed name)"
+	if res.Verified {
+		who = res.By + " (verified against the operators file)"
+	}
+	msg := fmt.Sprintf("%s: question %s decided by %s, card %s recorded", res.Message, res.QuestionID, who, req.CardDigest)
+	if !res.Applied {
+		msg = "already applied, nothing happened twice: " + res.Message
+	}
+	consoleJSON(w, http.StatusOK, map[string]any{"applied": res.Applied, "by": res.By, "verified": res.Verified, "message": msg, "card_digest": req.CardDigest})
+}
