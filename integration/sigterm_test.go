@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/internal/devstack"
+	"github.com/agentsaga/agentsaga/internal/gobuild"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -118,13 +119,8 @@ func TestSIGTERMLetsTheCallInFlightFinish(t *testing.T) {
 // buildWorkerBinary builds ./worker into dir and returns its path.
 func buildWorkerBinary(ctx context.Context, t *testing.T, dir string) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	require.NoError(t, err, "the go command builds the worker binary: put it on PATH")
 	out := filepath.Join(dir, "worker-bin")
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, "../worker")
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	require.NoError(t, cmd.Run(), "build the worker binary:\n%s", log.String())
+	require.NoError(t, gobuild.Build(ctx, ".", out, "../worker"), "build the worker binary")
 	return out
 }
 
