@@ -141,9 +141,10 @@ func TestChaosOnTheProductionShape(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, sb.Close()) })
 
-	// The node killed is the first: the one the balancer hands the first
-	// connection to, so some worker and client connections die with it.
-	killed := 0
+	// The node killed is the one carrying the most client connections
+	// (the run's own client and its workers'), so live connections die
+	// with it and their clients must reach the other node.
+	cut := 0
 	rep, err := chaos.Run(ctx, chaos.Options{
 		Plans: n, Seed: 11, Short: short, Workers: 2, Ready: "agentsaga worker on ",
 		Cluster: &chaos.Cluster{
@@ -151,13 +152,22 @@ func TestChaosOnTheProductionShape(t *testing.T) {
 			LedgerDSN: cl.LedgerDSN, SandboxURL: sb.BaseURL(), SandboxToken: sb.Token(),
 			Restart: func(ctx context.Context) error {
 				began := time.Now()
+				carried := cl.Carried()
+				killed := 0
+				for i, n := range carried {
+					if n > carried[killed] {
+						killed = i
+					}
+				}
+				cut = carried[killed]
 				if err := cl.Kill(killed); err != nil {
 					return err
 				}
 				if err := cl.Restart(ctx, killed); err != nil {
 					return err
 				}
-				t.Logf("node %d SIGKILLed and started again: answering after %s", killed, time.Since(began).Round(time.Millisecond))
+				t.Logf("node %d SIGKILLed, cutting %d of the %v connections through the balancer, and started again: answering after %s",
+					killed, cut, carried, time.Since(began).Round(time.Millisecond))
 				return nil
 			},
 		},
@@ -187,6 +197,7 @@ func TestChaosOnTheProductionShape(t *testing.T) {
 	require.Zero(t, rep.Stuck, "stuck in flight: %s", strings.Join(broken, "\n"))
 	require.Equal(t, n, rep.Plans)
 	require.Equal(t, 1, rep.Restarts, "one server node SIGKILLed and started again")
+	require.GreaterOrEqual(t, cut, 1, "the node kill cut a client connection")
 	require.GreaterOrEqual(t, rep.Kills, 1, "a worker process SIGKILLed")
 	require.Greater(t, rep.Effects, n/2, "the plans made effects at the providers")
 	require.Zero(t, rep.Ends["not_ended"], "ends: %v", rep.Ends)

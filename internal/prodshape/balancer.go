@@ -18,7 +18,7 @@ type balancer struct {
 
 	mu    sync.Mutex
 	next  int
-	conns map[net.Conn]struct{}
+	conns map[net.Conn]int // the backend each carried connection goes to
 	wg    sync.WaitGroup
 }
 
@@ -27,7 +27,7 @@ func startBalancer(backends []string) (*balancer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prodshape: listen for the frontend balancer: %w", err)
 	}
-	b := &balancer{ln: ln, backends: backends, conns: map[net.Conn]struct{}{}}
+	b := &balancer{ln: ln, backends: backends, conns: map[net.Conn]int{}}
 	b.wg.Add(1)
 	go b.serve()
 	return b, nil
@@ -59,10 +59,11 @@ func (b *balancer) pipe(in net.Conn) {
 	b.next = (b.next + 1) % len(b.backends)
 	b.mu.Unlock()
 	var out net.Conn
+	backend := -1
 	for i := range b.backends {
 		c, err := net.DialTimeout("tcp", b.backends[(start+i)%len(b.backends)], time.Second)
 		if err == nil {
-			out = c
+			out, backend = c, (start+i)%len(b.backends)
 			break
 		}
 	}
@@ -70,10 +71,10 @@ func (b *balancer) pipe(in net.Conn) {
 		return // no frontend accepts: the client sees its connection close
 	}
 	defer out.Close()
-	if !b.track(in, out) {
+	if !b.track(in, backend) {
 		return
 	}
-	defer b.untrack(in, out)
+	defer b.untrack(in)
 	// Either side ending ends both (HTTP/2 has no use for a half-closed
 	// connection): a dead node's connections close, and its clients dial
 	// again.
@@ -90,24 +91,31 @@ func (b *balancer) pipe(in net.Conn) {
 	<-done
 }
 
-func (b *balancer) track(cs ...net.Conn) bool {
+func (b *balancer) track(c net.Conn, backend int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.conns == nil {
 		return false
 	}
-	for _, c := range cs {
-		b.conns[c] = struct{}{}
-	}
+	b.conns[c] = backend
 	return true
 }
 
-func (b *balancer) untrack(cs ...net.Conn) {
+func (b *balancer) untrack(c net.Conn) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, c := range cs {
-		delete(b.conns, c)
+	delete(b.conns, c)
+}
+
+// carried counts the connections open now to each backend.
+func (b *balancer) carried() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := make([]int, len(b.backends))
+	for _, i := range b.conns {
+		n[i]++
 	}
+	return n
 }
 
 // close stops accepting and closes every connection it carries.

@@ -202,6 +202,11 @@ func Start(ctx context.Context, bins Binaries, o Options) (_ *Cluster, err error
 // connection to the next node that accepts it.
 func (c *Cluster) Address() string { return c.lb.addr() }
 
+// Carried counts the client connections the balancer carries now to each
+// node (by Node.Index): a test kills the busiest node to cut live
+// connections.
+func (c *Cluster) Carried() []int { return c.lb.carried() }
+
 // Nodes are the cluster's nodes.
 func (c *Cluster) Nodes() []*Node { return c.nodes }
 
