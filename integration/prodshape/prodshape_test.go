@@ -94,58 +94,15 @@ func TestChaosOnTheProductionShape(t *testing.T) {
 	}
 	dir := t.TempDir()
 
-	// The server's binaries are linked once per version (the first build
-	// compiles the packages the embedded server does not use): bounded by
-	// go test's -timeout only, apart from the run's own deadline.
-	bctx := context.Background()
-	if d, ok := t.Deadline(); ok {
-		var cancel context.CancelFunc
-		bctx, cancel = context.WithDeadline(bctx, d)
-		defer cancel()
-	}
-	began := time.Now()
-	bins, err := prodshape.BuildBinaries(bctx, ".")
-	require.NoError(t, err)
-	t.Logf("temporal-server %s and temporal-sql-tool: %s (built now: %v)", bins.Version, time.Since(began).Round(time.Millisecond), bins.Built)
+	bins := buildServer(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	began = time.Now()
+	began := time.Now()
 	workerBin := filepath.Join(dir, "worker")
 	require.NoError(t, gobuild.Build(ctx, ".", workerBin, "github.com/agentsaga/agentsaga/worker"))
 	t.Logf("worker binary: %s", time.Since(began).Round(time.Millisecond))
-
-	began = time.Now()
-	prefix := fmt.Sprintf("prodshape_%d_%d", time.Now().Unix(), os.Getpid())
-	cl, err := prodshape.Start(ctx, bins, prodshape.Options{Dir: dir, Postgres: postgres, Prefix: prefix})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, l := range cl.Logs() {
-				if b, err := os.ReadFile(l); err == nil {
-					t.Logf("%s (last 4000 bytes):\n%s", l, tail(b, 4000))
-				}
-			}
-		}
-		require.NoError(t, cl.Close())
-	})
-	t.Logf("schema and two nodes up: %s (frontends %s and %s behind %s)", time.Since(began).Round(time.Millisecond),
-		cl.Nodes()[0].Frontend, cl.Nodes()[1].Frontend, cl.Address())
-
-	// The cluster is prepared as a team prepares theirs.
-	began = time.Now()
-	keys := filepath.Join(dir, "codec-keys.json")
-	ring, err := codec.GenerateKeyring("prodshape-1")
-	require.NoError(t, err)
-	kb, err := ring.MarshalKeyFile()
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(keys, kb, 0o600))
-	t.Setenv(codec.EnvKeys, "")
-	t.Setenv(codec.EnvKeysFile, "")
-	var out bytes.Buffer
-	require.NoError(t, cli.Run(ctx, []string{"cluster", "setup", "--address", cl.Address(), "--namespace", namespace, "--retention", "24h"}, nil, &out, cli.Config{}), out.String())
-	require.NoError(t, cl.AwaitNamespace(ctx, namespace))
-	t.Logf("cluster setup:\n%s(%s)", out.String(), time.Since(began).Round(time.Millisecond))
+	cl, keys := startCluster(ctx, t, bins, dir)
 
 	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: filepath.Join(dir, "sandbox")})
 	require.NoError(t, err)
@@ -211,6 +168,98 @@ func TestChaosOnTheProductionShape(t *testing.T) {
 	require.GreaterOrEqual(t, rep.Kills, 1, "a worker process SIGKILLed")
 	require.Greater(t, rep.Effects, n/2, "the plans made effects at the providers")
 	require.Zero(t, rep.Ends["not_ended"], "ends: %v", rep.Ends)
+}
+
+// startCluster starts two nodes on fresh databases and prepares the
+// namespace with `starter cluster setup`, as a team prepares theirs; it
+// returns the cluster and a payload keyring file. Cleanup stops the nodes
+// and drops the databases (their logs are printed when the test failed).
+func startCluster(ctx context.Context, t *testing.T, bins prodshape.Binaries, dir string) (*prodshape.Cluster, string) {
+	t.Helper()
+	began := time.Now()
+	prefix := fmt.Sprintf("prodshape_%d_%d", time.Now().Unix(), os.Getpid())
+	cl, err := prodshape.Start(ctx, bins, prodshape.Options{Dir: dir, Postgres: postgres, Prefix: prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range cl.Logs() {
+				if b, err := os.ReadFile(l); err == nil {
+					t.Logf("%s (last 4000 bytes):\n%s", l, tail(b, 4000))
+				}
+			}
+		}
+		require.NoError(t, cl.Close())
+	})
+	t.Logf("schema and two nodes up: %s (frontends %s and %s behind %s)", time.Since(began).Round(time.Millisecond),
+		cl.Nodes()[0].Frontend, cl.Nodes()[1].Frontend, cl.Address())
+
+	began = time.Now()
+	keys := filepath.Join(dir, "codec-keys.json")
+	ring, err := codec.GenerateKeyring("prodshape-1")
+	require.NoError(t, err)
+	kb, err := ring.MarshalKeyFile()
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(keys, kb, 0o600))
+	t.Setenv(codec.EnvKeys, "")
+	t.Setenv(codec.EnvKeysFile, "")
+	var out bytes.Buffer
+	require.NoError(t, cli.Run(ctx, []string{"cluster", "setup", "--address", cl.Address(), "--namespace", namespace, "--retention", "24h"}, nil, &out, cli.Config{}), out.String())
+	require.NoError(t, cl.AwaitNamespace(ctx, namespace))
+	t.Logf("cluster setup:\n%s(%s)", out.String(), time.Since(began).Round(time.Millisecond))
+	return cl, keys
+}
+
+// buildServer builds (or takes from the cache) the server's binaries,
+// bounded by go test's -timeout only: the first build compiles the
+// packages the embedded server does not use.
+func buildServer(t *testing.T) prodshape.Binaries {
+	t.Helper()
+	ctx := context.Background()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
+	}
+	began := time.Now()
+	bins, err := prodshape.BuildBinaries(ctx, ".")
+	require.NoError(t, err)
+	t.Logf("temporal-server %s and temporal-sql-tool: %s (built now: %v)", bins.Version, time.Since(began).Round(time.Millisecond), bins.Built)
+	return bins
+}
+
+// EnvBench runs TestBenchOnTheProductionShape: its value is added to the
+// flags of `starter bench --address` (such as "--rounds 3"; "1" adds none).
+const EnvBench = "AGENTSAGA_PRODSHAPE_BENCH"
+
+// TestBenchOnTheProductionShape runs `starter bench --address` (the real
+// starter binary) on the production shape: agentsaga and the plain activity
+// measured on the same two-node cluster in one run, agentsaga's ledger on
+// PostgreSQL. A measurement, not a check: it runs when EnvBench is set.
+func TestBenchOnTheProductionShape(t *testing.T) {
+	extra, ok := os.LookupEnv(EnvBench)
+	if !ok {
+		t.Skipf("a measurement of several minutes: set %s=1 (or to extra flags of starter bench) to run it", EnvBench)
+	}
+	requirePostgres(t)
+	bins := buildServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	starter := filepath.Join(dir, "starter")
+	require.NoError(t, gobuild.Build(ctx, ".", starter, "github.com/agentsaga/agentsaga/starter"))
+	cl, _ := startCluster(ctx, t, bins, dir)
+	args := []string{"bench", "--address", cl.Address(), "--namespace", namespace, "--ledger", cl.LedgerDSN,
+		"--waiting", "0", "--starts", "0", "--ledger-ops", "0", "--phases", "0"}
+	if extra != "1" {
+		args = append(args, strings.Fields(extra)...)
+	}
+	cmd := exec.CommandContext(ctx, starter, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	began := time.Now()
+	err := cmd.Run()
+	t.Logf("starter %s (%s):\n%s", strings.Join(args, " "), time.Since(began).Round(time.Second), out.String())
+	require.NoError(t, err)
 }
 
 func tail(b []byte, n int) string {
