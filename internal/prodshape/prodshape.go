@@ -185,12 +185,22 @@ func Start(ctx context.Context, bins Binaries, o Options) (_ *Cluster, err error
 	if err := c.writeConfigs(); err != nil {
 		return nil, err
 	}
-	for _, n := range c.nodes {
+	// The first node initializes the cluster's metadata in the fresh
+	// databases; nodes started with it race to insert the same row and
+	// one exits ("failed to initialize current cluster metadata"), so
+	// the others start once it answers, as a rollout would.
+	if err := c.startNode(c.nodes[0]); err != nil {
+		return nil, err
+	}
+	if err := c.awaitNode(ctx, c.nodes[0]); err != nil {
+		return nil, err
+	}
+	for _, n := range c.nodes[1:] {
 		if err := c.startNode(n); err != nil {
 			return nil, err
 		}
 	}
-	for _, n := range c.nodes {
+	for _, n := range c.nodes[1:] {
 		if err := c.awaitNode(ctx, n); err != nil {
 			return nil, err
 		}
