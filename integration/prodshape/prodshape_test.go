@@ -31,6 +31,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/gobuild"
 	"github.com/agentsaga/agentsaga/internal/prodshape"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
+	"github.com/agentsaga/agentsaga/sagaworker"
 )
 
 // EnvPlans sets the plans of the run: the long version, as the hand run of
@@ -204,7 +205,7 @@ func startCluster(ctx context.Context, t *testing.T, bins prodshape.Binaries, di
 	t.Setenv(codec.EnvKeysFile, "")
 	var out bytes.Buffer
 	require.NoError(t, cli.Run(ctx, []string{"cluster", "setup", "--address", cl.Address(), "--namespace", namespace, "--retention", "24h"}, nil, &out, cli.Config{}), out.String())
-	require.NoError(t, cl.AwaitNamespace(ctx, namespace))
+	require.NoError(t, cl.AwaitNamespace(ctx, namespace, sagaworker.SearchAttributes))
 	t.Logf("cluster setup:\n%s(%s)", out.String(), time.Since(began).Round(time.Millisecond))
 	return cl, keys
 }

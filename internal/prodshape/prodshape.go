@@ -28,9 +28,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/internal/gobuild"
 )
@@ -320,7 +322,10 @@ func (c *Cluster) writeConfigs() error {
 
 // configTemplate is a node's config file (the module's
 // config/development-postgres12.yaml, trimmed: no metrics endpoint, no
-// pprof, no archival).
+// pprof, no archival). Every service of a node opens pools of its own:
+// 4 + 2 connections each keep two nodes at 48 of the local PostgreSQL's
+// 100 (max_connections), which other tests share; with 20 + 10 two nodes
+// held 87 and a second cluster could not connect.
 const configTemplate = `log:
   stdout: true
   level: warn
@@ -336,8 +341,8 @@ persistence:
         connectAddr: %s
         connectProtocol: tcp
         user: %s
-        maxConns: 20
-        maxIdleConns: 20
+        maxConns: 4
+        maxIdleConns: 4
         maxConnLifetime: 1h
     visibility:
       sql:
@@ -346,8 +351,8 @@ persistence:
         connectAddr: %s
         connectProtocol: tcp
         user: %s
-        maxConns: 10
-        maxIdleConns: 10
+        maxConns: 2
+        maxIdleConns: 2
         maxConnLifetime: 1h
 global:
   membership:
@@ -429,7 +434,7 @@ func (c *Cluster) startNode(n *Node) error {
 // awaitNode polls n's own frontend until it answers a health check and
 // describes the system namespace (its persistence is up), or n exits.
 func (c *Cluster) awaitNode(ctx context.Context, n *Node) error {
-	return c.pollNode(ctx, n, "answer", func(ctx context.Context, tc client.Client) error {
+	return c.pollNode(ctx, n, "", "answer", func(ctx context.Context, tc client.Client) error {
 		if _, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
 			return err
 		}
@@ -439,13 +444,38 @@ func (c *Cluster) awaitNode(ctx context.Context, n *Node) error {
 }
 
 // AwaitNamespace polls every node's own frontend until each describes
-// namespace: a namespace registered through one node reaches the others'
-// caches a few seconds later.
-func (c *Cluster) AwaitNamespace(ctx context.Context, namespace string) error {
+// namespace and accepts a start carrying every search attribute of sas: a
+// namespace and attributes registered through one node reach the others'
+// caches up to a minute later. The probe workflows it starts are
+// terminated at once (nothing polls their task queue).
+func (c *Cluster) AwaitNamespace(ctx context.Context, namespace string, sas map[string]enumspb.IndexedValueType) error {
+	var typed []temporal.SearchAttributeUpdate
+	for name, typ := range sas {
+		switch typ {
+		case enumspb.INDEXED_VALUE_TYPE_KEYWORD:
+			typed = append(typed, temporal.NewSearchAttributeKeyKeyword(name).ValueSet("prodshape-probe"))
+		case enumspb.INDEXED_VALUE_TYPE_BOOL:
+			typed = append(typed, temporal.NewSearchAttributeKeyBool(name).ValueSet(false))
+		default:
+			return fmt.Errorf("prodshape: search attribute %s of type %v: only keyword and bool are probed", name, typ)
+		}
+	}
 	for _, n := range c.nodes {
-		err := c.pollNode(ctx, n, "know namespace "+namespace, func(ctx context.Context, tc client.Client) error {
-			_, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
-			return err
+		err := c.pollNode(ctx, n, namespace, "know namespace "+namespace+" and its search attributes", func(ctx context.Context, tc client.Client) error {
+			if _, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace}); err != nil {
+				return err
+			}
+			if len(typed) == 0 {
+				return nil
+			}
+			run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+				ID: fmt.Sprintf("prodshape-probe-%d-%d", n.Index, time.Now().UnixNano()), TaskQueue: "prodshape-probe",
+				TypedSearchAttributes: temporal.NewSearchAttributes(typed...),
+			}, "prodshape-probe")
+			if err != nil {
+				return err
+			}
+			return tc.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "prodshape: probe of the search attributes")
 		})
 		if err != nil {
 			return err
@@ -454,9 +484,10 @@ func (c *Cluster) AwaitNamespace(ctx context.Context, namespace string) error {
 	return nil
 }
 
-// pollNode calls probe with a client of n's own frontend every 100 ms until
-// it succeeds, n's process exits, or ctx ends.
-func (c *Cluster) pollNode(ctx context.Context, n *Node, what string, probe func(context.Context, client.Client) error) error {
+// pollNode calls probe with a client of n's own frontend (in namespace; ""
+// is the SDK's default) every 100 ms until it succeeds, n's process exits,
+// or ctx ends.
+func (c *Cluster) pollNode(ctx context.Context, n *Node, namespace, what string, probe func(context.Context, client.Client) error) error {
 	var tc client.Client
 	defer func() {
 		if tc != nil {
@@ -469,7 +500,7 @@ func (c *Cluster) pollNode(ctx context.Context, n *Node, what string, probe func
 	var last error
 	for {
 		if tc == nil {
-			tc, last = client.NewLazyClient(client.Options{HostPort: n.Frontend, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+			tc, last = client.NewLazyClient(client.Options{HostPort: n.Frontend, Namespace: namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
 		}
 		if tc != nil {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
