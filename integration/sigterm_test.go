@@ -3,7 +3,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/internal/devstack"
+	"github.com/agentsaga/agentsaga/internal/gobuild"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -120,23 +120,13 @@ func TestSIGTERMLetsTheCallInFlightFinish(t *testing.T) {
 func buildWorkerBinary(ctx context.Context, t *testing.T, dir string) string {
 	t.Helper()
 	out := filepath.Join(dir, "worker-bin")
-	require.NoError(t, buildWorker(ctx, out))
+	require.NoError(t, buildWorker(ctx, out), "build the worker binary")
 	return out
 }
 
 // buildWorker builds ./worker to out with the extra go build flags.
 func buildWorker(ctx context.Context, out string, flags ...string) error {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return fmt.Errorf("the go command builds the worker binary: put it on PATH: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, goBin, append(append([]string{"build", "-o", out}, flags...), "../worker")...)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("build the worker binary: %w\n%s", err, log.String())
-	}
-	return nil
+	return gobuild.Build(ctx, ".", out, "../worker", flags...)
 }
 
 // binaryWorker is the real worker binary running as a process.

@@ -31,6 +31,9 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	postgres := fs.String("postgres", "", "also measure the ledger on this PostgreSQL DSN (rows are left under keys bench:...)")
 	cpuprofile := fs.String("cpuprofile", "", "write each side's CPU profile at each shape and concurrency into this directory (agentsaga-3steps-c10.pprof, plain-3steps-c10.pprof; read with go tool pprof)")
 	noSplit := fs.Bool("no-cpu-split", false, "do not profile the batches to split each side's CPU by component")
+	address := fs.String("address", "", "measure on this Temporal cluster (host:port; prepared with `starter cluster setup`) instead of an embedded server: both sides' workers run here, the server's CPU is not counted")
+	namespace := fs.String("namespace", "", "with --address: the namespace (`starter cluster setup` prepared it)")
+	ledgerDSN := fs.String("ledger", "", "the ledger agentsaga's worker uses (postgres://... or sqlite:...; default SQLite in a temporary directory)")
 	pos, err := parse(fs, args, out)
 	if err != nil {
 		return err
@@ -71,11 +74,22 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 		return usageErr("bench: --growth-ops must be from 1 to 100000")
 	}
 	o.GrowthOps = *growthOps
+	if (*address == "") != (*namespace == "") {
+		return usageErr("bench: --address and --namespace go together (the cluster and the namespace `starter cluster setup` prepared)")
+	}
+	if *address != "" && *durable {
+		return usageErr("bench: --durable is for the embedded server; a cluster keeps its own data")
+	}
+	o.Cluster = *address
 	if !*asJSON {
-		fmt.Fprintln(out, "starting an embedded Temporal server, the sandbox providers and a worker ...")
+		if *address != "" {
+			fmt.Fprintf(out, "connecting to Temporal at %s namespace %s, starting the sandbox providers and a worker ...\n", *address, *namespace)
+		} else {
+			fmt.Fprintln(out, "starting an embedded Temporal server, the sandbox providers and a worker ...")
+		}
 		o.Logger = slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	}
-	so := devstack.Options{UIPort: -1}
+	so := devstack.Options{UIPort: -1, Address: *address, Namespace: *namespace, Ledger: *ledgerDSN}
 	if *durable {
 		dir, err := os.MkdirTemp("", "agentsaga-bench-")
 		if err != nil {

@@ -30,7 +30,8 @@ func TestDevCommandsHelpAndUsage(t *testing.T) {
 			t.Errorf("%v --help:\n%s", cmd, out.String())
 		}
 	}
-	for _, args := range [][]string{{"sandbox"}, {"sandbox", "fault", "--op", "refunds.create", "--kind", "explode"}, {"demo", "extra"}, {"chaos", "--plans", "-1"}} {
+	for _, args := range [][]string{{"sandbox"}, {"sandbox", "fault", "--op", "refunds.create", "--kind", "explode"}, {"demo", "extra"}, {"chaos", "--plans", "-1"},
+		{"bench", "--address", "127.0.0.1:7233"}, {"bench", "--namespace", "ns"}, {"bench", "--address", "127.0.0.1:7233", "--namespace", "ns", "--durable"}} {
 		var stderr bytes.Buffer
 		err := run(context.Background(), args, nil, &bytes.Buffer{})
 		if code := cli.Report(&stderr, err, false); code != 2 {

@@ -60,6 +60,11 @@ type Options struct {
 	// Durable records that the stack keeps Temporal and the providers on
 	// files (see Report.Durable); the caller starts it so.
 	Durable bool
+	// Cluster names the Temporal cluster the stack connects to
+	// (devstack.Options.Address), recorded in the report; empty for the
+	// embedded server. On a cluster the server's CPU is spent in its own
+	// processes: Side.CPUMsPerPlan is then the worker's and the client's.
+	Cluster string
 	// PostgresDSN, when set, measures the ledger on that PostgreSQL
 	// database too (rows under keys bench:<nanos>:..., left in place).
 	PostgresDSN string
@@ -120,7 +125,9 @@ type Report struct {
 	// Durable: Temporal and the sandbox providers kept on files, every
 	// commit fsynced (otherwise in memory; the ledger is on a file either
 	// way).
-	Durable bool          `json:"durable"`
+	Durable bool `json:"durable"`
+	// Cluster is Options.Cluster: where the server ran ("" embedded).
+	Cluster string        `json:"cluster,omitempty"`
 	Shapes  []ShapeResult `json:"shapes"`
 	History []History     `json:"history"`
 	Phases  *Phases       `json:"phases,omitempty"`
@@ -175,7 +182,8 @@ type Side struct {
 	// client.ExecuteWorkflow).
 	Start Dist `json:"start"`
 	// CPUMsPerPlan is the process's CPU time (user+system) per plan over
-	// the side's batches: the server, the worker and the client together.
+	// the side's batches: the server, the worker and the client together
+	// (on a Cluster, the worker and the client only).
 	CPUMsPerPlan float64 `json:"cpu_ms_per_plan"`
 	// CPUMsPerPlanBy splits CPUMsPerPlan's profiled share by component
 	// (see Components): the CPU profile of the side's batches, each
@@ -262,10 +270,12 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 	began := time.Now()
 	rep := Report{
 		Machine: Machine{GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
-		Rounds:  o.Rounds, Durable: o.Durable, ServerDynamicConfig: map[string]string{},
+		Rounds:  o.Rounds, Durable: o.Durable, Cluster: o.Cluster, ServerDynamicConfig: map[string]string{},
 	}
-	for k, v := range devserver.DevDynamicConfig() {
-		rep.ServerDynamicConfig[k] = fmt.Sprint(v)
+	if st.Server != nil { // a cluster's own configuration is its operator's
+		for k, v := range devserver.DevDynamicConfig() {
+			rep.ServerDynamicConfig[k] = fmt.Sprint(v)
+		}
 	}
 	pw, err := startPlainWorker(st.Client, st.SandboxURL)
 	if err != nil {

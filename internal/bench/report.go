@@ -76,8 +76,13 @@ func PrintTable(w io.Writer, rep Report) {
 	if rep.Durable {
 		store = "Temporal, providers and ledger on files, every commit fsynced"
 	}
-	fmt.Fprintf(w, "agentsaga vs plain Temporal, one embedded server in one process (%s %s/%s, %d CPUs; %s), %d rounds, %.0f s\n",
-		rep.Machine.GoVersion, rep.Machine.OS, rep.Machine.Arch, rep.Machine.CPUs, store, rep.Rounds, rep.DurationSec)
+	where := "one embedded server in one process"
+	if rep.Cluster != "" {
+		where = "the Temporal cluster at " + rep.Cluster + ", workers in this process (CPU: theirs and the client's)"
+		store = "ledger as given"
+	}
+	fmt.Fprintf(w, "agentsaga vs plain Temporal, %s (%s %s/%s, %d CPUs; %s), %d rounds, %.0f s\n",
+		where, rep.Machine.GoVersion, rep.Machine.OS, rep.Machine.Arch, rep.Machine.CPUs, store, rep.Rounds, rep.DurationSec)
 	for _, s := range rep.Shapes {
 		fmt.Fprintf(w, "\n%s (create_ticket)\n", s.Name)
 		fmt.Fprintf(w, "%5s | %-22s | %-22s | %-22s | %-16s | %s\n", "conc", "plans/s  a / p  ratio", "p50 ms  a / p  ratio", "p99 ms  a / p  ratio", "start p50 a / p", "+p99/step  cpu ms/plan a/p")

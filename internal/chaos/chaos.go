@@ -76,11 +76,12 @@ type Options struct {
 	DataDir string
 	// WorkerCommand returns the command of a worker process for cfg, not
 	// yet started. The process must print WorkerReady (or Options.Ready)
-	// on a line once it polls and stop when its stdin closes; RunWorker
-	// does both. Required.
+	// on a line once it polls and stop when its stdin closes or on
+	// SIGTERM; RunWorker and the worker binary do. Required.
 	WorkerCommand func(cfg WorkerConfig) *exec.Cmd
-	// Ready is the line a worker process prints once it polls (WorkerReady
-	// when empty).
+	// Ready is how the line starts that a worker process prints once it
+	// polls (WorkerReady when empty): the worker binary's "agentsaga worker
+	// on " does.
 	Ready string
 	// Settle bounds the wait for the plans to end after the last one
 	// started (DefaultSettle when zero).
@@ -109,6 +110,12 @@ type Cluster struct {
 	// SandboxURL is a running sandbox (`starter sandbox serve`), with
 	// SandboxToken its admin token.
 	SandboxURL, SandboxToken string
+	// Restart, when set, is called where the schedule restarts the
+	// server (about halfway through the plans, with plans in flight): a
+	// test of a cluster of its own kills a server node there and starts it
+	// again, returning once it answers; it counts in Report.Restarts. Nil
+	// leaves the cluster alone (`starter chaos --address`).
+	Restart func(ctx context.Context) error
 }
 
 // Report is what a run counted and found.
@@ -461,7 +468,17 @@ func (r *runner) commitKills(ctx context.Context) error {
 // same SQLite file and port.
 func (r *runner) restart(ctx context.Context) error {
 	if r.st == nil {
-		r.log.Info("chaos: on a cluster the server is not restarted (only this run's workers are killed)")
+		if r.o.Cluster.Restart == nil {
+			r.log.Info("chaos: on a cluster the server is not restarted (only this run's workers are killed)")
+			return nil
+		}
+		if err := r.o.Cluster.Restart(ctx); err != nil {
+			return fmt.Errorf("chaos: restart a node of the cluster: %w", err)
+		}
+		r.mu.Lock()
+		r.rep.Restarts++
+		r.mu.Unlock()
+		r.log.Info("chaos: a node of the cluster was restarted")
 		return nil
 	}
 	if err := r.st.Server.Stop(); err != nil {

@@ -202,9 +202,12 @@ func (p *process) kill() (bool, error) {
 	return false, nil
 }
 
-// stop closes stdin (the worker stops) and kills it if it lingers.
+// stop closes stdin and sends SIGTERM (a worker stops on either: RunWorker
+// on the first, the worker binary on the second) and kills it if it
+// lingers.
 func (p *process) stop(ctx context.Context) {
 	_ = p.stdin.Close()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
 	case <-ctx.Done():
@@ -214,7 +217,7 @@ func (p *process) stop(ctx context.Context) {
 }
 
 // watched keeps the last output of a process and closes seen when a line
-// equal to want was written.
+// starting with want was written.
 type watched struct {
 	mu   sync.Mutex
 	buf  bytes.Buffer
@@ -240,7 +243,7 @@ func (o *watched) Write(b []byte) (int, error) {
 	default:
 	}
 	for _, line := range strings.Split(o.buf.String(), "\n") {
-		if line == o.want {
+		if strings.HasPrefix(line, o.want) {
 			o.once.Do(func() { close(o.seen) })
 		}
 	}

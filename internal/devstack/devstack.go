@@ -51,6 +51,11 @@ type Options struct {
 	// so plans survive a restart. Empty keeps them in a temporary directory
 	// removed by Close.
 	DataDir string
+	// Address, when set, connects to a Temporal that already runs there
+	// (a cluster prepared with `starter cluster setup`), in Namespace,
+	// instead of embedding one: Stack.Server is nil, and Port, UIPort and
+	// HTTPPort are unused.
+	Address, Namespace string
 	// Port is Temporal's frontend port (0 picks a free one); UIPort the Web
 	// UI's (0 free, -1 none).
 	Port, UIPort int
@@ -92,8 +97,8 @@ type Options struct {
 
 // Stack is a running product.
 type Stack struct {
-	Server     *devserver.Server
-	Sandbox    *sandbox.Sandbox // nil when Options.SandboxURL was given
+	Server     *devserver.Server // nil with Options.Address
+	Sandbox    *sandbox.Sandbox  // nil when Options.SandboxURL was given
 	SandboxURL string
 	Client     client.Client
 	Plans      *sagaclient.Client
@@ -170,16 +175,22 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, addrError("CodecAddr", o.CodecAddr, err)
 	}
 
-	st.Server, err = devserver.Start(ctx, devserver.Options{
-		DataDir: temporalDir, Port: o.Port, UIPort: o.UIPort, HTTPPort: o.HTTPPort,
-		SearchAttributes: sagaworker.SearchAttributes, Logger: log,
-		UICodec: devserver.UICodec{Endpoint: st.CodecURL, IncludeCredentials: true},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("start embedded Temporal: %w", err)
-	}
-	if ui := st.Server.UIURL(); ui != "" {
-		codecSrv.AllowOrigins(ui)
+	hostPort, namespace := o.Address, o.Namespace
+	if hostPort == "" {
+		st.Server, err = devserver.Start(ctx, devserver.Options{
+			DataDir: temporalDir, Port: o.Port, UIPort: o.UIPort, HTTPPort: o.HTTPPort,
+			SearchAttributes: sagaworker.SearchAttributes, Logger: log,
+			UICodec: devserver.UICodec{Endpoint: st.CodecURL, IncludeCredentials: true},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("start embedded Temporal: %w", err)
+		}
+		if ui := st.Server.UIURL(); ui != "" {
+			codecSrv.AllowOrigins(ui)
+		}
+		hostPort, namespace = st.Server.FrontendAddr(), st.Server.Namespace()
+	} else if namespace == "" {
+		return nil, errors.New("devstack: Options.Address is set without Namespace: name the namespace `starter cluster setup` prepared")
 	}
 
 	st.SandboxURL = o.SandboxURL
@@ -208,7 +219,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 
 	copts := client.Options{
-		HostPort: st.Server.FrontendAddr(), Namespace: st.Server.Namespace(),
+		HostPort: hostPort, Namespace: namespace,
 		Logger: sdklog.NewStructuredLogger(log),
 		// The server is on loopback (in this process, or beside it): gzip
 		// of every request and response would cost CPU and save nothing.
@@ -232,7 +243,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	st.DataConverter = copts.DataConverter
 	st.Client, err = client.Dial(copts)
 	if err != nil {
-		return nil, fmt.Errorf("connect to embedded Temporal: %w", err)
+		return nil, fmt.Errorf("connect to Temporal at %s: %w", hostPort, err)
 	}
 	tq := o.TaskQueue
 	if tq == "" {
