@@ -40,38 +40,15 @@ const envScreenshots = "AGENTSAGA_SCREENSHOTS"
 // under CI=true and is skipped, with the reason, otherwise.
 func consoleBrowser(t *testing.T) (node, dir, chromium string) {
 	t.Helper()
-	missing := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf(format+"; CI must be able to run %s (.ci/run does it before go test)", append(args, consoleBrowserStep)...)
-		}
-		t.Skipf(format+"; run %s to test the console in a browser", append(args, consoleBrowserStep)...)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		missing("node is not installed (%v)", err)
-	}
+	const purpose = "test the console in a browser"
+	node, dir = nodePackages(t, "console-browser", filepath.Join("playwright-core", "package.json"), consoleBrowserStep, purpose,
+		"PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1")
 	chromium = os.Getenv("CHROMIUM")
 	if chromium == "" {
 		chromium = "/usr/bin/chromium"
 	}
 	if _, err := os.Stat(chromium); err != nil {
-		missing("Chromium is not installed at %s (%v)", chromium, err)
-	}
-	dir, err = filepath.Abs("console-browser")
-	require.NoError(t, err)
-	pw := filepath.Join(dir, "node_modules", "playwright-core", "package.json")
-	if _, err := os.Stat(pw); err != nil {
-		npm, lerr := exec.LookPath("npm")
-		if lerr != nil {
-			missing("%s is missing (%v) and npm is not installed (%v)", pw, err, lerr)
-		}
-		cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			missing("installing integration/console-browser failed (%v): %s", err, out)
-		}
+		missingPeer(t, consoleBrowserStep, purpose)("Chromium is not installed at %s (%v)", chromium, err)
 	}
 	return node, dir, chromium
 }

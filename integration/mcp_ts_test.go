@@ -42,42 +42,8 @@ const mcpTSStep = "(cd integration/mcp-ts && npm ci --no-audit --no-fund)"
 // test fails under CI=true and is skipped, with the reason, otherwise.
 func mcpTS(t *testing.T) (node, dir string) {
 	t.Helper()
-	missing := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf(format+"; CI must be able to run %s (.ci/run does it before go test)", append(args, mcpTSStep)...)
-		}
-		t.Skipf(format+"; run %s to test with the official TypeScript MCP packages", append(args, mcpTSStep)...)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		missing("node is not installed (%v)", err)
-	}
-	dir, err = filepath.Abs("mcp-ts")
-	require.NoError(t, err)
-	sdk := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")
-	if _, err := os.Stat(sdk); err != nil {
-		npm, lerr := exec.LookPath("npm")
-		if lerr != nil {
-			missing("%s is missing (%v) and npm is not installed (%v)", sdk, err, lerr)
-		}
-		mcpTSOnce.Do(func() {
-			cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-			cmd.Dir = dir
-			out, err := cmd.CombinedOutput()
-			mcpTSOnce.out, mcpTSOnce.err = string(out), err
-		})
-		if mcpTSOnce.err != nil {
-			missing("installing integration/mcp-ts failed (%v): %s", mcpTSOnce.err, mcpTSOnce.out)
-		}
-	}
-	return node, dir
-}
-
-var mcpTSOnce struct {
-	sync.Once
-	out string
-	err error
+	return nodePackages(t, "mcp-ts", filepath.Join("@modelcontextprotocol", "sdk", "package.json"), mcpTSStep,
+		"test with the official TypeScript MCP packages")
 }
 
 // lossyPlans loses the first answer of each turn whose order_id ends in

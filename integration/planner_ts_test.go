@@ -52,13 +52,7 @@ var buildOnce struct {
 // skipped, with the reason printed, otherwise.
 func plannerTS(t *testing.T) (node, dist string) {
 	t.Helper()
-	missing := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf(format+"; CI must be able to run %s (.ci/run does it before go test)", append(args, npmStep)...)
-		}
-		t.Skipf(format+"; run %s to test the TypeScript planner", append(args, npmStep)...)
-	}
+	missing := missingPeer(t, npmStep, "test the TypeScript planner")
 	node, err := exec.LookPath("node")
 	if err != nil {
 		missing("node is not installed (%v)", err)

@@ -86,11 +86,7 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	if err != nil {
 		return err
 	}
-	key, err := d.load("console")
-	if err != nil {
-		return err
-	}
-	sc, closeFn, err := c.dial(ctx, key)
+	key, sc, closeFn, err := d.connect(ctx, &c, "console")
 	if err != nil {
 		return err
 	}

@@ -480,6 +480,19 @@ func (d *decider) load(cmd string) (*operators.Key, error) {
 	return k, nil
 }
 
+// connect reads the decider's key (load), then dials Temporal with it.
+func (d *decider) connect(ctx context.Context, c *conn, cmd string) (*operators.Key, *sagaclient.Client, func(), error) {
+	key, err := d.load(cmd)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sc, closeFn, err := c.dial(ctx, key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return key, sc, closeFn, nil
+}
+
 func cmdApprove(ctx context.Context, args []string, _ io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("approve", flag.ContinueOnError)
 	var c conn
@@ -499,11 +512,7 @@ func cmdApprove(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	if len(pos) != 1 || (*stepN < 1 && *question == "") {
 		return usageErr("approve: usage: approve ID --step N [--question Q] (--key FILE | --by NAME) [--reject] [--override] [--reason TEXT]")
 	}
-	key, err := d.load("approve")
-	if err != nil {
-		return err
-	}
-	sc, closeFn, err := c.dial(ctx, key)
+	key, sc, closeFn, err := d.connect(ctx, &c, "approve")
 	if err != nil {
 		return err
 	}
@@ -552,11 +561,7 @@ func cmdResolve(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	if len(pos) != 1 || *stepN < 1 || (o != workflows.OutcomeSucceeded && o != workflows.OutcomeFailed && o != workflows.OutcomeRetry) {
 		return usageErr("resolve: usage: resolve ID --step N [--question Q] --outcome succeeded|failed|retry (--key FILE | --by NAME) [--external-id X] [--note TEXT]")
 	}
-	key, err := d.load("resolve")
-	if err != nil {
-		return err
-	}
-	sc, closeFn, err := c.dial(ctx, key)
+	key, sc, closeFn, err := d.connect(ctx, &c, "resolve")
 	if err != nil {
 		return err
 	}
