@@ -112,6 +112,14 @@ func cardMask(s string) string {
 // two cards in one run are both masked. An unbroken run of more than 19
 // digits is an identifier, not a card, and is kept.
 func rewriteCards(s string) (string, bool) {
+	if fewASCIIDigits(s) {
+		return s, false
+	}
+	return maskCards(s)
+}
+
+// maskCards is rewriteCards without the quick check.
+func maskCards(s string) (string, bool) {
 	var b strings.Builder
 	last := 0 // s[last:] is not yet copied
 	uuids := uuidPattern.FindAllStringIndex(s, -1)
@@ -143,6 +151,22 @@ func rewriteCards(s string) (string, bool) {
 	}
 	b.WriteString(s[last:])
 	return b.String(), true
+}
+
+// fewASCIIDigits reports whether s is ASCII and holds fewer digits than the
+// shortest card number: then it holds no card, and the scan is skipped.
+// Text beyond ASCII is always scanned (digits of other scripts count).
+func fewASCIIDigits(s string) bool {
+	digits := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= utf8.RuneSelf:
+			return false
+		case isDigit(c):
+			digits++
+		}
+	}
+	return digits < 13
 }
 
 // uuidPattern matches a UUID written in its usual form.

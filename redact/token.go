@@ -3,6 +3,7 @@ package redact
 import (
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // keyPattern matches API keys of well-known shapes. Group 1 is the part kept
@@ -125,12 +126,30 @@ var assignPattern = regexp.MustCompile(`(?i)\b(?:x-)?(?:api[_-]?key|api[_-]?secr
 	`auth[_-]?token|id[_-]?token|session[_-]?token|client[_-]?secret|secret[_-]?key|secret|password|passwd|pwd|` +
 	`passphrase|private[_-]?key)["']?\s*[:=]\s*["']?([^\s"',;&]+)`)
 
+// assignHints are substrings (in lower case) every secret name of
+// assignPattern holds.
+var assignHints = []string{"key", "secret", "token", "pass", "pwd"}
+
 // rewriteAssignments masks the value of every secret assignment
 // (api_key=..., "password": "...").
 func rewriteAssignments(s string) (string, bool) {
-	if !strings.ContainsAny(s, ":=") {
+	if noAssignment(s) {
 		return s, false
 	}
+	return maskAssignments(s)
+}
+
+// noAssignment reports whether s certainly holds no secret assignment: no
+// ':' or '=', or ASCII text without any secret's name (operation keys hold
+// ':' everywhere, so the name is what tells). Text beyond ASCII is never
+// ruled out here: case folding in (?i) matches letters outside ASCII (the
+// Kelvin sign for k, the long s for s).
+func noAssignment(s string) bool {
+	return !strings.ContainsAny(s, ":=") || (isASCII(s) && !containsAny(strings.ToLower(s), assignHints))
+}
+
+// maskAssignments is rewriteAssignments without the quick check.
+func maskAssignments(s string) (string, bool) {
 	return rewriteMatches(s, assignPattern, func(m []int) (int, int, string, bool) {
 		v := s[m[2]:m[3]]
 		if masked(v) || len(v) < 4 {
@@ -189,4 +208,14 @@ func containsFold(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+// isASCII reports whether s holds bytes below 0x80 only.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
