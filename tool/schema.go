@@ -392,6 +392,12 @@ func Int(args json.RawMessage, name string) (int64, bool) {
 	if err != nil {
 		return 0, false
 	}
+	return IntOf(obj, name)
+}
+
+// IntOf is Int on args already decoded by DecodeObject, for callers that
+// read several fields of one call.
+func IntOf(obj map[string]any, name string) (int64, bool) {
 	n, msg := exactInt(obj[name])
 	return n, msg == ""
 }

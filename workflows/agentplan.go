@@ -378,6 +378,8 @@ type run struct {
 	// upsertOnChange skips an upsert of search attributes that would not
 	// change them (as pinned: see pinned.UpsertOnChange).
 	upsertOnChange bool
+	// shown is what the search attributes hold (nil: not read yet).
+	shown *shown
 	// notifying counts notifications in flight (see announce).
 	notifying int
 }
@@ -448,20 +450,36 @@ func (r *run) refresh(ctx workflow.Context) {
 // a history event and a visibility write; see upsertOnChange).
 func (r *run) showAttributes(ctx workflow.Context, s SagaState) {
 	human := s == SagaNeedsHuman || s == SagaWaitingApproval
+	want := shown{session: r.plan.SessionID, state: string(s), needsHuman: human}
 	if r.upsertOnChange {
-		sa := workflow.GetTypedSearchAttributes(ctx)
-		session, _ := sa.GetKeyword(saSession)
-		state, _ := sa.GetKeyword(saState)
-		needs, _ := sa.GetBool(saNeedsHuman)
-		if session == r.plan.SessionID && state == string(s) && needs == human {
+		if r.shown == nil {
+			// What the run started with, read once (decoding the
+			// attributes on every change cost more than the check).
+			sa := workflow.GetTypedSearchAttributes(ctx)
+			var cur shown
+			cur.session, _ = sa.GetKeyword(saSession)
+			cur.state, _ = sa.GetKeyword(saState)
+			cur.needsHuman, _ = sa.GetBool(saNeedsHuman)
+			r.shown = &cur
+		}
+		if *r.shown == want {
 			return
 		}
 	}
 	err := workflow.UpsertTypedSearchAttributes(ctx,
-		saSession.ValueSet(r.plan.SessionID), saState.ValueSet(string(s)), saNeedsHuman.ValueSet(human))
+		saSession.ValueSet(want.session), saState.ValueSet(want.state), saNeedsHuman.ValueSet(want.needsHuman))
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("search attributes not updated", "error", err)
+		r.shown = nil // read them again next time
+		return
 	}
+	r.shown = &want
+}
+
+// shown is the search attributes a run shows.
+type shown struct {
+	session, state string
+	needsHuman     bool
 }
 
 func (r *run) request(n int) activities.Request {
@@ -611,7 +629,11 @@ func (r *run) backoff(key string, calls int, retryAfter time.Duration) time.Dura
 }
 
 func (r *run) execute(ctx workflow.Context, spec tool.Spec, req activities.Request, attempts *int) (activities.Output, error) {
-	req.Summary = r.summary(spec, req)
+	if req.Summary == "" {
+		// A step's request has its summary (request); a reversal's
+		// is made here. Never empty: it holds the tool and the key.
+		req.Summary = r.summary(spec, req)
+	}
 	actx := workflow.WithActivityOptions(ctx, ActivityOptions(spec, req.Key, req.Summary))
 	var out activities.Output
 	err := workflow.ExecuteActivity(actx, activities.ExecuteToolName, req).Get(ctx, &out)

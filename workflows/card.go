@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -21,7 +20,7 @@ import (
 func (r *run) card(n int, rule string, rep activities.GuardReport) Card {
 	st := r.step(n)
 	spec := r.specs[st.Tool]
-	args := r.plan.Steps[n-1].Args
+	args, _ := tool.DecodeObject(r.plan.Steps[n-1].Args)
 	c := Card{
 		Change: strings.TrimSpace(spec.Name + ": " + spec.Description), System: spec.System,
 		Object: objectOf(spec, args), RequestID: r.plan.RequestID, RequestedBy: r.plan.RequestedBy,
@@ -88,8 +87,7 @@ func redactCard(c Card) Card {
 
 // objectOf names the business object of a call: the guard's fields, else the
 // first required string argument.
-func objectOf(spec tool.Spec, args json.RawMessage) string {
-	obj, _ := tool.DecodeObject(args)
+func objectOf(spec tool.Spec, obj map[string]any) string {
 	var fields []string
 	if spec.Guard != nil {
 		fields = spec.Guard.Fields
@@ -110,18 +108,18 @@ func objectOf(spec tool.Spec, args json.RawMessage) string {
 	return strings.Join(parts, ", ")
 }
 
-// amountOf returns the first money argument and the currency argument.
-func amountOf(spec tool.Spec, args json.RawMessage) (int64, string) {
+// amountOf returns the first money argument and the currency argument of
+// the args obj (as tool.DecodeObject decodes them).
+func amountOf(spec tool.Spec, obj map[string]any) (int64, string) {
 	var minor int64
 	for _, f := range spec.Args.Fields {
 		if f.Type == tool.Money {
-			if v, ok := tool.Int(args, f.Name); ok {
+			if v, ok := tool.IntOf(obj, f.Name); ok {
 				minor = v
 				break
 			}
 		}
 	}
-	obj, _ := tool.DecodeObject(args)
 	cur, _ := obj["currency"].(string)
 	return minor, strings.ToUpper(cur)
 }
@@ -180,10 +178,11 @@ func StaticSummary(p plan.Plan) string {
 // object, amount and key, nothing secret.
 func (r *run) summary(spec tool.Spec, req activities.Request) string {
 	parts := []string{req.Tool}
-	if o := objectOf(spec, req.Args); o != "" {
+	args, _ := tool.DecodeObject(req.Args)
+	if o := objectOf(spec, args); o != "" {
 		parts = append(parts, o)
 	}
-	if minor, cur := amountOf(spec, req.Args); minor != 0 {
+	if minor, cur := amountOf(spec, args); minor != 0 {
 		parts = append(parts, formatMinor(minor, cur))
 	}
 	parts = append(parts, req.Key)

@@ -986,6 +986,7 @@ func (r *run) approvalRule(spec tool.Spec, args json.RawMessage) string {
 	if a.Always {
 		return fmt.Sprintf("approval policy of %s: every call needs approval", spec.Name)
 	}
-	_, cur := amountOf(spec, args)
+	obj, _ := tool.DecodeObject(args)
+	_, cur := amountOf(spec, obj)
 	return fmt.Sprintf("approval policy of %s: %s above %s (%d minor units)", spec.Name, a.Field, formatMinor(a.AboveMinor, cur), a.AboveMinor)
 }
