@@ -18,6 +18,10 @@ import (
 type serverLogger struct {
 	l        *slog.Logger
 	stopping *atomic.Bool
+	// tags are those of With, turned into attributes only when a record
+	// is logged: the server calls With on every request, and almost
+	// nothing reaches warn level.
+	tags []tag.Tag
 }
 
 var (
@@ -32,8 +36,11 @@ func newServerLogger(l *slog.Logger) serverLogger {
 	return serverLogger{l: l.With("component", "temporal-server"), stopping: new(atomic.Bool)}
 }
 
-func attrs(tags []tag.Tag) []any {
-	out := make([]any, 0, len(tags))
+func attrs(with, tags []tag.Tag) []any {
+	out := make([]any, 0, len(with)+len(tags))
+	for _, t := range with {
+		out = append(out, slog.Any(t.Key(), t.Value()))
+	}
 	for _, t := range tags {
 		out = append(out, slog.Any(t.Key(), t.Value()))
 	}
@@ -51,12 +58,12 @@ func (s serverLogger) Warn(msg string, tags ...tag.Tag) {
 	if s.stopping.Load() {
 		return
 	}
-	s.l.Log(context.Background(), slog.LevelWarn, msg, attrs(tags)...)
+	s.l.Log(context.Background(), slog.LevelWarn, msg, attrs(s.tags, tags)...)
 }
 
 // Error logs msg at error level.
 func (s serverLogger) Error(msg string, tags ...tag.Tag) {
-	s.l.Log(context.Background(), slog.LevelError, msg, attrs(tags)...)
+	s.l.Log(context.Background(), slog.LevelError, msg, attrs(s.tags, tags)...)
 }
 
 // DPanic logs msg at error level; it panics only in the server's development builds.
@@ -75,7 +82,7 @@ func (s serverLogger) Panic(msg string, tags ...tag.Tag) {
 // an exit would, but says where and why even when the log is discarded.
 func (s serverLogger) Fatal(msg string, tags ...tag.Tag) {
 	s.Error(msg, tags...)
-	panic(&fatalError{msg: msg, attrs: attrs(tags)})
+	panic(&fatalError{msg: msg, attrs: attrs(s.tags, tags)})
 }
 
 // fatalError is the panic value of serverLogger.Fatal.
@@ -104,5 +111,5 @@ func (f *fatalError) portInUse() bool {
 
 // With returns a logger that adds tags to every record.
 func (s serverLogger) With(tags ...tag.Tag) log.Logger {
-	return serverLogger{l: s.l.With(attrs(tags)...), stopping: s.stopping}
+	return serverLogger{l: s.l, stopping: s.stopping, tags: append(s.tags[:len(s.tags):len(s.tags)], tags...)}
 }
