@@ -136,7 +136,10 @@ type Report struct {
 	Memory     *Memory      `json:"memory,omitempty"`
 	Duplicates *Duplicates  `json:"duplicates,omitempty"`
 	Ledger     []LedgerDist `json:"ledger,omitempty"`
-	Growth     []Growth     `json:"ledger_growth,omitempty"`
+	// LedgerFloor is the CPU of the ledger's commits of a write step,
+	// measured on the worker's ledger after the levels.
+	LedgerFloor *LedgerFloor `json:"ledger_floor,omitempty"`
+	Growth      []Growth     `json:"ledger_growth,omitempty"`
 	// ServerDynamicConfig is what the embedded server ran with.
 	ServerDynamicConfig map[string]string `json:"server_dynamic_config"`
 	Targets             []Target          `json:"targets"`
@@ -169,6 +172,11 @@ type Level struct {
 	// RoundThroughputRatios are the per-round throughput ratios, to show
 	// their spread.
 	RoundThroughputRatios []float64 `json:"round_throughput_ratios"`
+	// CPUMsPerStepAboveFloor is agentsaga's CPU per write step above
+	// plain's and the ledger's commits (LedgerFloor.CPUMsPerStep):
+	// (agentsaga - plain) / steps - floor. What agentsaga costs apart
+	// from the durable commits it must make (issue 22: at most 0.3 ms).
+	CPUMsPerStepAboveFloor float64 `json:"cpu_ms_per_step_above_floor"`
 }
 
 // Side is one side's figures at one level.
@@ -313,6 +321,20 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 				return rep, err
 			}
 			rep.History = append(rep.History, h)
+		}
+	}
+	if len(rep.Shapes) > 0 && st.Ledger != nil {
+		f, err := ledgerFloor(ctx, st.Ledger, floorPairs)
+		if err != nil {
+			return rep, err
+		}
+		rep.LedgerFloor = &f
+		for i := range rep.Shapes {
+			s := &rep.Shapes[i]
+			for j := range s.Levels {
+				l := &s.Levels[j]
+				l.CPUMsPerStepAboveFloor = round((l.Agentsaga.CPUMsPerPlan-l.Plain.CPUMsPerPlan)/float64(s.Steps)-f.CPUMsPerStep, 2)
+			}
 		}
 	}
 	for _, agentsaga := range []bool{true, false} {

@@ -83,6 +83,15 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 	require.Equal(t, "sqlite", rep.Ledger[0].Driver)
 	require.Positive(t, rep.Ledger[0].Claim.P50Ms)
 	require.Positive(t, rep.Ledger[0].Complete.P50Ms)
+	require.NotNil(t, rep.LedgerFloor, "the ledger floor is measured whenever levels ran")
+	require.Positive(t, rep.LedgerFloor.CPUMsPerStep)
+	require.Positive(t, rep.LedgerFloor.CPUMsPerStepAt10)
+	for _, s := range rep.Shapes {
+		for _, l := range s.Levels {
+			want := (l.Agentsaga.CPUMsPerPlan-l.Plain.CPUMsPerPlan)/float64(s.Steps) - rep.LedgerFloor.CPUMsPerStep
+			require.InDelta(t, want, l.CPUMsPerStepAboveFloor, 0.01, "%s at %d", s.Name, l.Concurrency)
+		}
+	}
 	require.NotEmpty(t, rep.Targets)
 	require.Equal(t, "1000", rep.ServerDynamicConfig["history.transferprocessormaxpollrps"])
 
@@ -91,6 +100,7 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 	require.Contains(t, out.String(), "one write step")
 	require.Contains(t, out.String(), "targets (issue 10)")
 	require.Contains(t, out.String(), "activity scheduled -> completed")
+	require.Contains(t, out.String(), "ledger floor (claim+complete")
 	_, err = json.Marshal(rep)
 	require.NoError(t, err)
 }

@@ -46,6 +46,21 @@ func targets(rep Report) []Target {
 		if w != "" {
 			add("throughput ratio at 10 and 50", ">= 0.95", fmt.Sprintf("worst %.3f (%s)", v, w), v >= 0.95)
 		}
+		tp, where := 0.0, ""
+		for _, s := range rep.Shapes {
+			for _, l := range s.Levels {
+				if s.Steps == 3 && l.Concurrency >= 10 && (where == "" || l.Ratio.Throughput < tp) {
+					tp, where = l.Ratio.Throughput, fmt.Sprintf("at %d", l.Concurrency)
+				}
+			}
+		}
+		if where != "" {
+			add("3-step throughput ratio at 10 and 50 (issue 22)", ">= 0.9", fmt.Sprintf("worst %.3f (%s)", tp, where), tp >= 0.9)
+		}
+		if rep.LedgerFloor != nil {
+			v, w = worst(func(l Level) float64 { return l.CPUMsPerStepAboveFloor }, nil)
+			add("CPU per write step above plain + ledger floor (issue 22)", "<= 0.3 ms", fmt.Sprintf("worst %.2f ms (%s; floor %.2f ms)", v, w, rep.LedgerFloor.CPUMsPerStep), v <= 0.3)
+		}
 	}
 	var events []string
 	met := true
@@ -94,6 +109,17 @@ func PrintTable(w io.Writer, rep Report) {
 				l.Agentsaga.Start.P50Ms, l.Plain.Start.P50Ms, l.AddedP99PerStepMs,
 				l.Agentsaga.CPUMsPerPlan, l.Plain.CPUMsPerPlan)
 		}
+	}
+	if f := rep.LedgerFloor; f != nil {
+		fmt.Fprintf(w, "\nledger floor (claim+complete on the worker's ledger, %d pairs): %.2f ms CPU per write step one at a time, %.2f ms ten at a time\n",
+			f.Pairs, f.CPUMsPerStep, f.CPUMsPerStepAt10)
+		fmt.Fprintf(w, "agentsaga CPU per write step above plain + floor:")
+		for _, s := range rep.Shapes {
+			for _, l := range s.Levels {
+				fmt.Fprintf(w, " %s at %d %.2f ms;", s.Name, l.Concurrency, l.CPUMsPerStepAboveFloor)
+			}
+		}
+		fmt.Fprintln(w)
 	}
 	printCPUSplit(w, rep)
 	if len(rep.History) > 0 {
