@@ -33,6 +33,7 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	noSplit := fs.Bool("no-cpu-split", false, "do not profile the batches to split each side's CPU by component")
 	address := fs.String("address", "", "measure on this Temporal cluster (host:port; prepared with `starter cluster setup`) instead of an embedded server: both sides' workers run here, the server's CPU is not counted")
 	namespace := fs.String("namespace", "", "with --address: the namespace (`starter cluster setup` prepared it)")
+	noWrites := fs.Bool("without-ledger-writes", false, "measurement only: agentsaga's worker skips the ledger's claim and completion commits (every call executes, nothing is recorded: NO promise holds), to split agentsaga's cost into those commits and the rest; not with --address or --ledger")
 	ledgerDSN := fs.String("ledger", "", "the ledger agentsaga's worker uses (postgres://... or sqlite:...; default SQLite in a temporary directory)")
 	pos, err := parse(fs, args, out)
 	if err != nil {
@@ -81,6 +82,10 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 		return usageErr("bench: --durable is for the embedded server; a cluster keeps its own data")
 	}
 	o.Cluster = *address
+	if *noWrites && (*address != "" || *ledgerDSN != "") {
+		return usageErr("bench: --without-ledger-writes runs on the embedded stack and its own ledger only: drop --address and --ledger")
+	}
+	o.WithoutLedgerWrites = *noWrites
 	if !*asJSON {
 		if *address != "" {
 			fmt.Fprintf(out, "connecting to Temporal at %s namespace %s, starting the sandbox providers and a worker ...\n", *address, *namespace)
@@ -90,6 +95,9 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 		o.Logger = slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	}
 	so := devstack.Options{UIPort: -1, Address: *address, Namespace: *namespace, Ledger: *ledgerDSN}
+	if *noWrites {
+		so.WrapLedger = bench.WithoutLedgerWrites
+	}
 	if *durable {
 		dir, err := os.MkdirTemp("", "agentsaga-bench-")
 		if err != nil {

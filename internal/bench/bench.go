@@ -76,6 +76,11 @@ type Options struct {
 	// and concurrency, its rounds merged (agentsaga-3steps-c10.pprof,
 	// plain-3steps-c10.pprof), for `go tool pprof`.
 	ProfileDir string
+	// WithoutLedgerWrites records that the stack's worker runs on
+	// WithoutLedgerWrites (the caller starts it so): agentsaga's figures
+	// are then those of the engine without its ledger commits, and
+	// Level.CPUMsPerStepAboveFloor subtracts no floor.
+	WithoutLedgerWrites bool
 	// Logger receives progress lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -127,10 +132,13 @@ type Report struct {
 	// way).
 	Durable bool `json:"durable"`
 	// Cluster is Options.Cluster: where the server ran ("" embedded).
-	Cluster string        `json:"cluster,omitempty"`
-	Shapes  []ShapeResult `json:"shapes"`
-	History []History     `json:"history"`
-	Phases  *Phases       `json:"phases,omitempty"`
+	Cluster string `json:"cluster,omitempty"`
+	// WithoutLedgerWrites is Options.WithoutLedgerWrites: agentsaga ran
+	// without its ledger commits (a measurement, no promise held).
+	WithoutLedgerWrites bool          `json:"without_ledger_writes,omitempty"`
+	Shapes              []ShapeResult `json:"shapes"`
+	History             []History     `json:"history"`
+	Phases              *Phases       `json:"phases,omitempty"`
 	// Tasks counts workflow-task trouble in every plan the levels ran.
 	Tasks      []TaskHealth `json:"tasks,omitempty"`
 	Memory     *Memory      `json:"memory,omitempty"`
@@ -176,6 +184,7 @@ type Level struct {
 	// plain's and the ledger's commits (LedgerFloor.CPUMsPerStep):
 	// (agentsaga - plain) / steps - floor. What agentsaga costs apart
 	// from the durable commits it must make (issue 22: at most 0.3 ms).
+	// Without ledger writes no floor is subtracted.
 	CPUMsPerStepAboveFloor float64 `json:"cpu_ms_per_step_above_floor"`
 }
 
@@ -278,7 +287,8 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 	began := time.Now()
 	rep := Report{
 		Machine: Machine{GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
-		Rounds:  o.Rounds, Durable: o.Durable, Cluster: o.Cluster, ServerDynamicConfig: map[string]string{},
+		Rounds:  o.Rounds, Durable: o.Durable, Cluster: o.Cluster, WithoutLedgerWrites: o.WithoutLedgerWrites,
+		ServerDynamicConfig: map[string]string{},
 	}
 	if st.Server != nil { // a cluster's own configuration is its operator's
 		for k, v := range devserver.DevDynamicConfig() {
@@ -333,7 +343,11 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 			s := &rep.Shapes[i]
 			for j := range s.Levels {
 				l := &s.Levels[j]
-				l.CPUMsPerStepAboveFloor = round((l.Agentsaga.CPUMsPerPlan-l.Plain.CPUMsPerPlan)/float64(s.Steps)-f.CPUMsPerStep, 2)
+				floor := f.CPUMsPerStep
+				if o.WithoutLedgerWrites {
+					floor = 0 // agentsaga made no commits
+				}
+				l.CPUMsPerStepAboveFloor = round((l.Agentsaga.CPUMsPerPlan-l.Plain.CPUMsPerPlan)/float64(s.Steps)-floor, 2)
 			}
 		}
 	}

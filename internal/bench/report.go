@@ -59,7 +59,11 @@ func targets(rep Report) []Target {
 		}
 		if rep.LedgerFloor != nil {
 			v, w = worst(func(l Level) float64 { return l.CPUMsPerStepAboveFloor }, nil)
-			add("CPU per write step above plain + ledger floor (issue 22)", "<= 0.3 ms", fmt.Sprintf("worst %.2f ms (%s; floor %.2f ms)", v, w, rep.LedgerFloor.CPUMsPerStep), v <= 0.3)
+			name, floor := "CPU per write step above plain + ledger floor (issue 22)", fmt.Sprintf("floor %.2f ms", rep.LedgerFloor.CPUMsPerStep)
+			if rep.WithoutLedgerWrites {
+				name, floor = "CPU per write step above plain, without ledger writes (issue 22)", "no commits made"
+			}
+			add(name, "<= 0.3 ms", fmt.Sprintf("worst %.2f ms (%s; %s)", v, w, floor), v <= 0.3)
 		}
 	}
 	var events []string
@@ -98,6 +102,9 @@ func PrintTable(w io.Writer, rep Report) {
 	}
 	fmt.Fprintf(w, "agentsaga vs plain Temporal, %s (%s %s/%s, %d CPUs; %s), %d rounds, %.0f s\n",
 		where, rep.Machine.GoVersion, rep.Machine.OS, rep.Machine.Arch, rep.Machine.CPUs, store, rep.Rounds, rep.DurationSec)
+	if rep.WithoutLedgerWrites {
+		fmt.Fprintln(w, "WITHOUT LEDGER WRITES: agentsaga's worker skipped the claim and completion commits (a measurement of the rest; no promise held)")
+	}
 	for _, s := range rep.Shapes {
 		fmt.Fprintf(w, "\n%s (create_ticket)\n", s.Name)
 		fmt.Fprintf(w, "%5s | %-22s | %-22s | %-22s | %-16s | %s\n", "conc", "plans/s  a / p  ratio", "p50 ms  a / p  ratio", "p99 ms  a / p  ratio", "start p50 a / p", "+p99/step  cpu ms/plan a/p")

@@ -93,6 +93,10 @@ type Options struct {
 	// http://MetricsAddr/metrics (port 0 picks a free one; see
 	// Stack.MetricsURL). Empty serves none.
 	MetricsAddr string
+	// WrapLedger, when set, wraps the ledger store the worker uses (the
+	// bench's measurement without ledger writes); Stack.Ledger stays the
+	// store itself. Nil gives the worker the store.
+	WrapLedger func(ledger.Store) ledger.Store
 }
 
 // Stack is a running product.
@@ -255,7 +259,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if o.NoWorker {
 		return st, nil
 	}
-	st.Worker, err = sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: st.Tools, Ledger: st.Ledger, Logger: log, Operators: o.Operators, Worker: wopts})
+	workerLedger := st.Ledger
+	if o.WrapLedger != nil {
+		workerLedger = o.WrapLedger(st.Ledger)
+	}
+	st.Worker, err = sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: st.Tools, Ledger: workerLedger, Logger: log, Operators: o.Operators, Worker: wopts})
 	if err != nil {
 		return nil, err
 	}
