@@ -2,6 +2,7 @@ package redact
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -145,7 +146,7 @@ func rewriteAssignments(s string) (string, bool) {
 // ruled out here: case folding in (?i) matches letters outside ASCII (the
 // Kelvin sign for k, the long s for s).
 func noAssignment(s string) bool {
-	return !strings.ContainsAny(s, ":=") || (isASCII(s) && !containsAny(strings.ToLower(s), assignHints))
+	return !strings.ContainsAny(s, ":=") || (isASCII(s) && !slices.ContainsFunc(assignHints, func(h string) bool { return containsFold(s, h) }))
 }
 
 // maskAssignments is rewriteAssignments without the quick check.

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
@@ -35,18 +34,14 @@ const floorPairs = 300
 func ledgerFloor(ctx context.Context, store ledger.Store, pairs int) (LedgerFloor, error) {
 	f := LedgerFloor{Pairs: pairs}
 	prefix := "bench:floor:" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	result := json.RawMessage(`{"id":"tk_1","subject":"bench ticket 1"}`)
 	pair := func(i int) error {
-		req := ledger.ClaimRequest{
-			Key: fmt.Sprintf("%s:%d:1:create_ticket", prefix, i), ActionType: "create_ticket", RequestHash: "h",
-			WorkflowID: "agent-plan:bench:1", RunID: "run", RequestID: "req", Executor: "bench", Lease: time.Minute,
-			Summary: "create_ticket bench ticket " + strconv.Itoa(i),
-		}
+		req := benchClaim(prefix, i)
+		req.Summary = "create_ticket bench ticket " + strconv.Itoa(i)
 		c, err := store.Claim(ctx, req)
 		if err != nil || c.Verdict != ledger.Execute {
 			return fmt.Errorf("bench: ledger floor: claim of fresh key %s: verdict %q (want execute), error %v", req.Key, c.Verdict, err)
 		}
-		if _, err := store.Complete(ctx, ledger.Completion{Key: req.Key, Executor: req.Executor, Status: ledger.Succeeded, ExternalID: "tk_1", Result: result}); err != nil {
+		if _, err := store.Complete(ctx, benchCompletion(req)); err != nil {
 			return fmt.Errorf("bench: ledger floor: complete %s: %w", req.Key, err)
 		}
 		return nil

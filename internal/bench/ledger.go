@@ -54,14 +54,10 @@ func measureLedger(ctx context.Context, driver, dsn string, n int) (LedgerDist, 
 	}
 	defer store.Close()
 	prefix := "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	result := json.RawMessage(`{"id":"tk_1","subject":"bench ticket 1"}`)
 	claims := make([]time.Duration, 0, n)
 	completes := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
-		req := ledger.ClaimRequest{
-			Key: fmt.Sprintf("%s:%d:1:create_ticket", prefix, i), ActionType: "create_ticket", RequestHash: "h",
-			WorkflowID: "agent-plan:bench:1", RunID: "run", RequestID: "req", Executor: "bench", Lease: time.Minute,
-		}
+		req := benchClaim(prefix, i)
 		t0 := time.Now()
 		c, err := store.Claim(ctx, req)
 		claims = append(claims, time.Since(t0))
@@ -71,11 +67,26 @@ func measureLedger(ctx context.Context, driver, dsn string, n int) (LedgerDist, 
 			return ld, fmt.Errorf("bench: claim of fresh key %s on %s: verdict %q (want execute), error %v", req.Key, driver, c.Verdict, err)
 		}
 		t0 = time.Now()
-		if _, err := store.Complete(ctx, ledger.Completion{Key: req.Key, Executor: req.Executor, Status: ledger.Succeeded, ExternalID: "tk_1", Result: result}); err != nil {
+		if _, err := store.Complete(ctx, benchCompletion(req)); err != nil {
 			return ld, fmt.Errorf("bench: complete %s on %s: %w", req.Key, driver, err)
 		}
 		completes = append(completes, time.Since(t0))
 	}
 	ld.Claim, ld.Complete = dist(claims), dist(completes)
 	return ld, nil
+}
+
+// benchClaim is the claim of the bench's i-th fresh create_ticket key
+// under prefix, as the ledger measurements make it.
+func benchClaim(prefix string, i int) ledger.ClaimRequest {
+	return ledger.ClaimRequest{
+		Key: fmt.Sprintf("%s:%d:1:create_ticket", prefix, i), ActionType: "create_ticket", RequestHash: "h",
+		WorkflowID: "agent-plan:bench:1", RunID: "run", RequestID: "req", Executor: "bench", Lease: time.Minute,
+	}
+}
+
+// benchCompletion records req's call as a succeeded ticket.
+func benchCompletion(req ledger.ClaimRequest) ledger.Completion {
+	return ledger.Completion{Key: req.Key, Executor: req.Executor, Status: ledger.Succeeded, ExternalID: "tk_1",
+		Result: json.RawMessage(`{"id":"tk_1","subject":"bench ticket 1"}`)}
 }
