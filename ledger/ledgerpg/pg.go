@@ -107,7 +107,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if o.clock != nil {
 		d.DBClock, clock = false, o.clock
 	}
-	s, err := sqlstore.New(ctx, db, d, clock)
+	s, err := sqlstore.New(ctx, sqlstore.Conns{Read: db}, d, clock)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("ledgerpg: %w", err)

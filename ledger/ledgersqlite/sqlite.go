@@ -2,6 +2,9 @@
 // (modernc.org/sqlite, no cgo), in WAL mode, the default store of a single
 // machine. Any number of processes may open the same file; every write
 // transaction is BEGIN IMMEDIATE, so claims are serialized by SQLite itself.
+// Within one process the writes share one connection and queue for it in Go,
+// so a claim never sleeps in SQLite's busy handler behind a claim of its own
+// process; reads have connections of their own.
 package ledgersqlite
 
 import (
@@ -25,17 +28,23 @@ import (
 const Memory = ":memory:"
 
 // BusyTimeout is how long a connection waits for another writer (another
-// goroutine or process) before it gives up with "database is locked".
+// process: the writers of one process queue for their one connection)
+// before it gives up with "database is locked".
 const BusyTimeout = 10 * time.Second
 
 //go:embed migrations/*.sql
 var migrations embed.FS
+
+// readConns is the number of connections reads may use at once, beside the
+// one connection of the writes.
+const readConns = 4
 
 // Option configures Open.
 type Option func(*options)
 
 type options struct {
 	clock func() time.Time
+	busy  time.Duration // BusyTimeout unless a test sets it
 }
 
 // WithClock makes the store read the time from now instead of time.Now, so
@@ -55,7 +64,7 @@ var _ ledger.Store = (*Store)(nil)
 // and applies the schema migrations it lacks. Path Memory (":memory:") opens a
 // private in-memory ledger.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
-	var o options
+	o := options{busy: BusyTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -65,7 +74,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if strings.ContainsRune(path, '?') {
 		return nil, fmt.Errorf("ledgersqlite: path %q contains '?': choose a file name without it", path)
 	}
-	pragmas := fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_txlock=immediate", BusyTimeout.Milliseconds())
+	pragmas := fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_txlock=immediate", o.busy.Milliseconds())
 	memory := path == Memory
 	if !memory {
 		// The ledger holds customer data: owner-only, whatever the
@@ -78,31 +87,48 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledgersqlite: open %s: %w", path, err)
 	}
+	conns := sqlstore.Conns{Read: db, Write: db}
 	if memory {
 		// Every connection to :memory: is another database: keep one,
-		// forever.
+		// forever, for reads and writes alike.
 		db.SetMaxOpenConns(1)
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
 	} else {
-		// Writers are serialized by SQLite; a few connections let reads run
-		// beside them without every goroutine spinning on the lock.
-		db.SetMaxOpenConns(4)
-		db.SetMaxIdleConns(4)
-	}
-	if !memory {
-		if err := ensureWAL(ctx, db); err != nil {
+		// SQLite takes one writer at a time: the writes get one connection
+		// of their own, so the process's writers queue in Go instead of
+		// sleeping in SQLite's busy handler; a few more let reads run
+		// beside them. Other processes on the file still wait in it.
+		db.SetMaxOpenConns(readConns)
+		db.SetMaxIdleConns(readConns)
+		if conns.Write, err = sql.Open("sqlite", path+pragmas); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("ledgersqlite: open %s: %w", path, err)
 		}
+		conns.Write.SetMaxOpenConns(1)
+		conns.Write.SetMaxIdleConns(1)
+		conns.Write.SetConnMaxLifetime(0)
+		conns.Write.SetConnMaxIdleTime(0)
 	}
-	if err := migrate(ctx, db); err != nil {
+	closeAll := func() {
 		db.Close()
+		if conns.Write != db {
+			conns.Write.Close()
+		}
+	}
+	if !memory {
+		if err := ensureWAL(ctx, conns.Write); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("ledgersqlite: open %s: %w", path, err)
+		}
+	}
+	if err := migrate(ctx, conns.Write); err != nil {
+		closeAll()
 		return nil, fmt.Errorf("ledgersqlite: open %s: %w", path, err)
 	}
-	s, err := sqlstore.New(ctx, db, dialect, o.clock)
+	s, err := sqlstore.New(ctx, conns, dialect, o.clock)
 	if err != nil {
-		db.Close()
+		closeAll()
 		return nil, fmt.Errorf("ledgersqlite: open %s: %w", path, err)
 	}
 	return &Store{s}, nil

@@ -3,6 +3,7 @@ package ledgersqlite_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,4 +129,43 @@ func TestLedgerFilesAreOwnerOnly(t *testing.T) {
 	st, err := os.Stat(path)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "an existing wider file is narrowed")
+}
+
+// TestWritersOfOneProcessNeverCollide: the claims and completions of one
+// process queue for the one write connection, so none ever waits for SQLite's
+// write lock (where the busy handler sleeps 1, 2, 5, 10 ms and on). Without a
+// busy wait, a collision would fail its call with "database is locked".
+func TestWritersOfOneProcessNeverCollide(t *testing.T) {
+	ctx := context.Background()
+	s, err := ledgersqlite.Open(ctx, filepath.Join(t.TempDir(), "l.db"), ledgersqlite.WithoutBusyWait())
+	require.NoError(t, err)
+	defer s.Close()
+	const writers, pairs = 10, 20
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			errs <- func() error {
+				for i := range pairs {
+					key := fmt.Sprintf("w%d:%d", w, i)
+					c, err := s.Claim(ctx, ledger.ClaimRequest{Key: key, ActionType: "t", RequestHash: "h", Executor: "e", Lease: time.Minute})
+					if err != nil {
+						return err
+					}
+					if c.Verdict != ledger.Execute {
+						return fmt.Errorf("claim %s: verdict %s, want execute", key, c.Verdict)
+					}
+					if _, err := s.Get(ctx, key); err != nil {
+						return err
+					}
+					if _, err := s.Complete(ctx, ledger.Completion{Key: key, Executor: "e", Status: ledger.Succeeded}); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range writers {
+		require.NoError(t, <-errs)
+	}
 }

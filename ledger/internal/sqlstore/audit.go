@@ -20,7 +20,7 @@ func (s *Store) RecordDecision(ctx context.Context, d ledger.DecisionRecord) (in
 		return 0, fmt.Errorf("ledger record decision: set Key (the operation key) and Kind (approve, reject, resolve, ...)")
 	}
 	var id int64
-	err := s.db.QueryRowContext(ctx, s.q.decision, cleanText(d.QuestionID), cleanText(d.Key), cleanText(d.WorkflowID),
+	err := s.w.QueryRowContext(ctx, s.q.decision, cleanText(d.QuestionID), cleanText(d.Key), cleanText(d.WorkflowID),
 		cleanText(d.Kind), cleanText(d.By), d.Verified, s.t(d.SentAt), s.t(d.AppliedAt), s.nowArg(), jsonArg(d.Card),
 		note(d.Outcome), cleanText(d.ExternalID), note(d.Note), note(d.Refused), s.t(d.OpenedAt), cleanText(d.CardDigest)).Scan(&id)
 	if err != nil {

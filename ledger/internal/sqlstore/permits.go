@@ -38,7 +38,7 @@ func (s *Store) GrantPermit(ctx context.Context, p ledger.Permit) error {
 		return fmt.Errorf("ledger grant permit %q: %w", p.ID, err)
 	}
 	p.Policy, p.By = cleanText(p.Policy), cleanText(p.By)
-	res, err := s.db.ExecContext(ctx, s.q.grant, p.ID, p.Key, p.RequestHash, p.Policy, p.Override, p.By, holders,
+	res, err := s.w.ExecContext(ctx, s.q.grant, p.ID, p.Key, p.RequestHash, p.Policy, p.Override, p.By, holders,
 		s.t(p.GrantedAt), s.nowArg())
 	if err != nil {
 		return fmt.Errorf("ledger grant permit %q: %w", p.ID, err)

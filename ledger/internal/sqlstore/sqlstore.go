@@ -49,9 +49,20 @@ type Dialect struct {
 	IsUniqueViolation func(error) bool
 }
 
+// Conns are the connection pools of a Store. Write runs every statement that
+// writes, Read every other; they may be one pool. A database that takes one
+// writer at a time (SQLite) gets a Write pool of one connection, so the
+// process's writers queue in Go and each runs the moment the one before it
+// commits, instead of colliding on the database's lock and sleeping in its
+// busy handler (1, 2, 5, 10 ms and on), while reads run beside them.
+type Conns struct {
+	Read, Write *sql.DB
+}
+
 // Store implements ledger.Store on a *sql.DB.
 type Store struct {
-	db  *sql.DB
+	db  *sql.DB // reads
+	w   *sql.DB // writes: db itself, or a pool of its own
 	d   Dialect
 	now func() time.Time
 	q   queries
@@ -60,20 +71,25 @@ type Store struct {
 	insertStmt, getNowStmt, claimStmt, completeStmt *sql.Stmt
 }
 
-// New returns a Store on db, whose schema must be migrated. clock is the
-// store's Go clock (nil means time.Now); it is the time of every record
-// unless d.DBClock is set, when the database's clock is used instead.
-func New(ctx context.Context, db *sql.DB, d Dialect, clock func() time.Time) (*Store, error) {
+// New returns a Store on the pools c (c.Write nil means c.Read), whose schema
+// must be migrated; Close closes both. clock is the store's Go clock (nil
+// means time.Now); it is the time of every record unless d.DBClock is set,
+// when the database's clock is used instead.
+func New(ctx context.Context, c Conns, d Dialect, clock func() time.Time) (*Store, error) {
 	if clock == nil {
 		clock = time.Now
 	}
-	s := &Store{db: db, d: d, now: clock}
+	if c.Write == nil {
+		c.Write = c.Read
+	}
+	s := &Store{db: c.Read, w: c.Write, d: d, now: clock}
 	s.q = newQueries(s.expand)
 	for _, p := range []struct {
 		st **sql.Stmt
+		db *sql.DB
 		q  string
-	}{{&s.insertStmt, s.q.insert}, {&s.getNowStmt, s.q.getNow}, {&s.claimStmt, s.q.claim}, {&s.completeStmt, s.q.complete}} {
-		st, err := db.PrepareContext(ctx, p.q)
+	}{{&s.insertStmt, s.w, s.q.insert}, {&s.getNowStmt, s.db, s.q.getNow}, {&s.claimStmt, s.w, s.q.claim}, {&s.completeStmt, s.w, s.q.complete}} {
+		st, err := p.db.PrepareContext(ctx, p.q)
 		if err != nil {
 			s.closeStmts()
 			return nil, fmt.Errorf("prepare the ledger's statements: %w", err)
@@ -83,13 +99,17 @@ func New(ctx context.Context, db *sql.DB, d Dialect, clock func() time.Time) (*S
 	return s, nil
 }
 
-// DB returns the underlying database.
+// DB returns the underlying database: the pool of reads.
 func (s *Store) DB() *sql.DB { return s.db }
 
-// Close closes the database.
+// Close closes the database's pools.
 func (s *Store) Close() error {
 	s.closeStmts()
-	return s.db.Close()
+	err := s.db.Close()
+	if s.w != s.db {
+		err = errors.Join(err, s.w.Close())
+	}
+	return err
 }
 
 func (s *Store) closeStmts() {
@@ -398,7 +418,7 @@ func argsHash(args string) string {
 // insertPlain claims a fresh key with one INSERT; done is false when the key
 // exists.
 func (s *Store) insertPlain(ctx context.Context, req ledger.ClaimRequest) (ledger.Claim, bool, error) {
-	op, ok, err := s.insertRow(ctx, s.db, req, fresh{status: ledger.InProgress, attempts: 1})
+	op, ok, err := s.insertRow(ctx, s.w, req, fresh{status: ledger.InProgress, attempts: 1})
 	if err != nil || !ok {
 		return ledger.Claim{}, false, err
 	}
@@ -409,7 +429,7 @@ func (s *Store) insertPlain(ctx context.Context, req ledger.ClaimRequest) (ledge
 // checks, in one short transaction serialized per guard scope and per entity,
 // which also consumes the permit. done is false when the key exists.
 func (s *Store) insertChecked(ctx context.Context, req ledger.ClaimRequest) (c ledger.Claim, done bool, err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return c, false, fmt.Errorf("ledger claim %q: begin: %w", req.Key, err)
 	}
@@ -538,7 +558,7 @@ func (s *Store) decide(ctx context.Context, req ledger.ClaimRequest, op ledger.O
 			op.Key, op.RequestHash, req.RequestHash)}, true, nil
 	}
 	take := func(v ledger.Verdict, attempts int) (ledger.Claim, bool, error) {
-		got, ok, err := s.take(ctx, s.db, req, version, attempts, v == ledger.ReconcileFirst)
+		got, ok, err := s.take(ctx, s.w, req, version, attempts, v == ledger.ReconcileFirst)
 		if err != nil || !ok {
 			return ledger.Claim{}, false, err
 		}
@@ -547,7 +567,7 @@ func (s *Store) decide(ctx context.Context, req ledger.ClaimRequest, op ledger.O
 	switch op.Status {
 	case ledger.Succeeded:
 		// Count the duplicate absorbed; the row is otherwise untouched.
-		if _, err := s.db.ExecContext(ctx, s.q.replayed, req.Key); err != nil {
+		if _, err := s.w.ExecContext(ctx, s.q.replayed, req.Key); err != nil {
 			return ledger.Claim{}, false, fmt.Errorf("ledger claim %q: count the replay: %w", req.Key, err)
 		}
 		op.Replays++
@@ -582,7 +602,7 @@ func (s *Store) decide(ctx context.Context, req ledger.ClaimRequest, op ledger.O
 // takeHeld runs a held row with req's permit: the lease is taken and the
 // permit consumed in one transaction, or neither.
 func (s *Store) takeHeld(ctx context.Context, req ledger.ClaimRequest, op ledger.Operation, version int64) (ledger.Claim, bool, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return ledger.Claim{}, false, fmt.Errorf("ledger claim %q: begin: %w", req.Key, err)
 	}
@@ -707,7 +727,7 @@ func (s *Store) Resolve(ctx context.Context, r ledger.Resolution) (ledger.Operat
 	now := s.nowArg()
 	args := append([]any{string(r.Status), ext, ext, cleanText(r.By), now, note(r.Note), now, finalFlag(r.Status), now},
 		s.marksArgs(r.Status, now)...)
-	op, _, err := s.scan(s.db.QueryRowContext(ctx, s.q.resolve, append(args, r.Key)...))
+	op, _, err := s.scan(s.w.QueryRowContext(ctx, s.q.resolve, append(args, r.Key)...))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return op, fmt.Errorf("ledger resolve %q: %w", r.Key, err)
@@ -753,7 +773,7 @@ func (s *Store) Transition(ctx context.Context, t ledger.Transition) (ledger.Ope
 		updated_at = {now}, completed_at = CASE WHEN ? = 1 THEN {now} ELSE NULL END,
 		` + marks + `
 		WHERE operation_key = ?` + from + ` RETURNING ` + columns)
-	op, _, err := s.scan(s.db.QueryRowContext(ctx, q, args...))
+	op, _, err := s.scan(s.w.QueryRowContext(ctx, q, args...))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		cur, _, gerr := s.get(ctx, s.db, t.Key)
@@ -828,7 +848,7 @@ func (s *Store) Purge(ctx context.Context, completedBefore time.Time) (int, erro
 	if completedBefore.IsZero() {
 		return 0, fmt.Errorf("ledger purge: set a cutoff (now minus the retention window)")
 	}
-	res, err := s.db.ExecContext(ctx, s.q.purge, s.t(completedBefore))
+	res, err := s.w.ExecContext(ctx, s.q.purge, s.t(completedBefore))
 	if err != nil {
 		return 0, fmt.Errorf("ledger purge: %w", err)
 	}
