@@ -178,6 +178,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 // database's clock (WithClock replaces it in tests).
 var dialect = sqlstore.Dialect{
 	Name:      "sqlite",
+	ReadBack:  true,
 	Time:      func(t time.Time) any { return t.UnixMicro() },
 	TimeParam: "?",
 	Now:       "?",

@@ -169,3 +169,55 @@ func TestWritersOfOneProcessNeverCollide(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 }
+
+// TestStepWritesBuildNoEphemeralTable: SQLite answers RETURNING and an IN
+// list of three or more constants (in a CHECK or a partial index's predicate)
+// from an ephemeral table made for each statement, whose page cache the
+// pure-Go allocator maps and unmaps: none of the statements of a write step
+// may make one.
+func TestStepWritesBuildNoEphemeralTable(t *testing.T) {
+	s, err := ledgersqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"))
+	require.NoError(t, err)
+	defer s.Close()
+	for _, w := range sqlstore.StepWrites(s.Store) {
+		rows, err := s.DB().Query("EXPLAIN "+w.SQL, make([]any, strings.Count(w.SQL, "?"))...)
+		require.NoError(t, err, w.Name)
+		var ops []string
+		for rows.Next() {
+			var (
+				addr       int
+				op         string
+				p1, p2, p3 sql.NullInt64
+				p4         sql.NullString
+				p5         sql.NullInt64
+				comment    sql.NullString
+			)
+			require.NoError(t, rows.Scan(&addr, &op, &p1, &p2, &p3, &p4, &p5, &comment), w.Name)
+			ops = append(ops, op)
+		}
+		require.NoError(t, rows.Err(), w.Name)
+		rows.Close()
+		require.NotEmpty(t, ops, w.Name)
+		require.NotContains(t, ops, "OpenEphemeral", "%s:\n%s", w.Name, w.SQL)
+	}
+}
+
+// TestStatusIsChecked: the CHECK on status, an OR chain since migration 7,
+// still refuses what is not a status, in any case.
+func TestStatusIsChecked(t *testing.T) {
+	s, err := ledgersqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"))
+	require.NoError(t, err)
+	defer s.Close()
+	insert := func(key, status string) error {
+		_, err := s.DB().Exec(`INSERT INTO operations (operation_key, action_type, request_hash, status, created_at, updated_at)
+			VALUES (?, 't', 'h', ?, 0, 0)`, key, status)
+		return err
+	}
+	for i, st := range []ledger.Status{ledger.Pending, ledger.InProgress, ledger.Succeeded, ledger.FailedFinal, ledger.Unknown,
+		ledger.NeedsHuman, ledger.Compensating, ledger.Compensated, ledger.CompensationFailed} {
+		require.NoError(t, insert(fmt.Sprint("ok", i), string(st)), st)
+	}
+	for i, st := range []string{"", "bogus", "SUCCEEDED", "succeeded ", "in progress"} {
+		require.ErrorContains(t, insert(fmt.Sprint("bad", i), st), "CHECK constraint failed", "status %q", st)
+	}
+}

@@ -47,6 +47,13 @@ type Dialect struct {
 	Lock func(ctx context.Context, tx *sql.Tx, names []string) error
 	// IsUniqueViolation reports a unique constraint violation.
 	IsUniqueViolation func(error) bool
+	// ReadBack makes the writes of a claim and a completion read their row
+	// back in their transaction instead of returning it. SQLite answers
+	// RETURNING from an ephemeral table with a page cache of its own, which
+	// the pure-Go allocator maps and unmaps on every statement: an munmap
+	// stalls every core running the process (a TLB shootdown), several
+	// times what the read costs.
+	ReadBack bool
 }
 
 // Conns are the connection pools of a Store. Write runs every statement that
@@ -67,8 +74,10 @@ type Store struct {
 	now func() time.Time
 	q   queries
 	// The statements of every claim, prepared once: SQLite (modernc)
-	// would otherwise compile each on every call.
-	insertStmt, getNowStmt, claimStmt, completeStmt *sql.Stmt
+	// would otherwise compile each on every call. insert, claim and
+	// complete are without RETURNING under d.ReadBack, and readStmt reads
+	// their row back on the writer.
+	insertStmt, getNowStmt, claimStmt, completeStmt, readStmt *sql.Stmt
 }
 
 // New returns a Store on the pools c (c.Write nil means c.Read), whose schema
@@ -84,11 +93,21 @@ func New(ctx context.Context, c Conns, d Dialect, clock func() time.Time) (*Stor
 	}
 	s := &Store{db: c.Read, w: c.Write, d: d, now: clock}
 	s.q = newQueries(s.expand)
-	for _, p := range []struct {
+	ws := StepWrites(s)
+	stmts := []struct {
 		st **sql.Stmt
 		db *sql.DB
 		q  string
-	}{{&s.insertStmt, s.w, s.q.insert}, {&s.getNowStmt, s.db, s.q.getNow}, {&s.claimStmt, s.w, s.q.claim}, {&s.completeStmt, s.w, s.q.complete}} {
+	}{{&s.insertStmt, s.w, ws[0].SQL}, {&s.claimStmt, s.w, ws[1].SQL}, {&s.completeStmt, s.w, ws[2].SQL},
+		{&s.getNowStmt, s.db, s.q.getNow}}
+	if d.ReadBack {
+		stmts = append(stmts, struct {
+			st **sql.Stmt
+			db *sql.DB
+			q  string
+		}{&s.readStmt, s.w, ws[3].SQL})
+	}
+	for _, p := range stmts {
 		st, err := p.db.PrepareContext(ctx, p.q)
 		if err != nil {
 			s.closeStmts()
@@ -113,11 +132,55 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeStmts() {
-	for _, st := range []*sql.Stmt{s.insertStmt, s.getNowStmt, s.claimStmt, s.completeStmt} {
+	for _, st := range []*sql.Stmt{s.insertStmt, s.getNowStmt, s.claimStmt, s.completeStmt, s.readStmt} {
 		if st != nil {
 			_ = st.Close()
 		}
 	}
+}
+
+// returning ends every statement that Dialect.ReadBack runs without it.
+const returning = ` RETURNING ` + columns
+
+// withoutReturning is q without its RETURNING clause.
+func withoutReturning(q string) string {
+	w, ok := strings.CutSuffix(q, returning)
+	if !ok {
+		panic("sqlstore: a write read back must end with RETURNING " + columns)
+	}
+	return w
+}
+
+// writeRow runs st, a write of the row of key prepared on the writer, in q
+// (the writer or a transaction on it), and returns the row as st left it;
+// ledger.ErrNotFound when st changed no row. The row comes from st's
+// RETURNING or, under Dialect.ReadBack, is read back after the write: in its
+// transaction, or else on the writer once the write committed (not in a
+// transaction of its own, where SQLite would keep a statement journal for
+// the write). That read may see a later write of another process to the row:
+// the row as it is now, which the caller could as well have read a moment
+// later.
+func (s *Store) writeRow(ctx context.Context, q queryer, st *sql.Stmt, key string, args ...any) (ledger.Operation, error) {
+	if !s.d.ReadBack {
+		op, _, err := s.scan(stmt(ctx, q, st).QueryRowContext(ctx, args...))
+		return op, err
+	}
+	res, err := stmt(ctx, q, st).ExecContext(ctx, args...)
+	if err != nil {
+		return ledger.Operation{}, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return ledger.Operation{}, err
+	}
+	if n == 0 {
+		return ledger.Operation{}, ledger.ErrNotFound
+	}
+	op, _, err := s.scan(stmt(ctx, q, s.readStmt).QueryRowContext(ctx, key))
+	if err != nil {
+		return ledger.Operation{}, fmt.Errorf("read back the row written: %w", err)
+	}
+	return op, nil
 }
 
 // stmt returns st for use in q, a transaction or the database.
@@ -186,6 +249,16 @@ const columns = `operation_key, action_type, request_hash, status, attempt_count
 
 // active is the SQL condition of a row that still counts for guards.
 const active = `status NOT IN ('failed_final', 'compensated')`
+
+// exceptional and purgeable are the predicates of the partial indexes
+// operations_exceptions and operations_purge, which a query repeats to use
+// them. They are OR chains, not IN lists: SQLite would build an ephemeral
+// table for an IN list of three constants on every statement (both databases
+// match the chain to their index).
+const (
+	exceptional = `(status = 'unknown' OR status = 'needs_human' OR status = 'compensation_failed')`
+	purgeable   = `(status = 'succeeded' OR status = 'failed_final' OR status = 'compensated')`
+)
 
 // held is the SQL condition of a row held for approval: it waits for a human
 // and never reached a provider.
@@ -261,14 +334,14 @@ func newQueries(expand func(string) string) queries {
 		// (operations_exceptions, operations_leases) so both databases
 		// can read the two indexes instead of the table.
 		exceptions: expand(`SELECT ` + columns + ` FROM operations
-			WHERE (status IN ('unknown', 'needs_human', 'compensation_failed')
+			WHERE (` + exceptional + `
 				AND (status <> 'unknown' OR updated_at <= {now+}))
 			OR (status = 'in_progress' AND lease_until <= {now+})
 			ORDER BY created_at, operation_key`),
 		// purge keeps a succeeded row with a guard scope: it holds the
 		// scope until it is compensated, however old it is.
 		purge: expand(`DELETE FROM operations
-			WHERE status IN ('succeeded', 'failed_final', 'compensated')
+			WHERE ` + purgeable + `
 			AND completed_at IS NOT NULL AND completed_at < {time}
 			AND NOT (status = 'succeeded' AND guard_scope <> '')`),
 		// The "guard_scope <> ''" terms let both databases use the partial
@@ -392,10 +465,10 @@ func (s *Store) insertRow(ctx context.Context, q queryer, req ledger.ClaimReques
 		owner = req.Executor
 	}
 	now := s.nowArg()
-	op, _, err = s.scan(stmt(ctx, q, s.insertStmt).QueryRowContext(ctx, req.Key, req.ActionType, req.RequestHash, string(f.status),
+	op, err = s.writeRow(ctx, q, s.insertStmt, req.Key, req.Key, req.ActionType, req.RequestHash, string(f.status),
 		f.attempts, owner, flag(running), now, micros(req.Lease), req.WorkflowID, req.RunID, req.RequestID,
 		req.GuardScope, f.guardKey, req.Entity, argsHash(req.NormalizedArgs), cleanText(f.holdReason), now, now,
-		cleanText(redact.String(req.Summary))))
+		cleanText(redact.String(req.Summary)))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return op, false, nil // the key exists
@@ -658,8 +731,8 @@ func (s *Store) takeHeld(ctx context.Context, req ledger.ClaimRequest, op ledger
 // A claim that must reconcile first (unknown) marks the outcome unknown.
 func (s *Store) take(ctx context.Context, q queryer, req ledger.ClaimRequest, version int64, attempts int, unknown bool) (ledger.Operation, bool, error) {
 	now := s.nowArg()
-	got, _, err := s.scan(stmt(ctx, q, s.claimStmt).QueryRowContext(ctx, attempts, req.Executor, now, micros(req.Lease),
-		req.WorkflowID, req.RunID, req.RequestID, now, flag(unknown), now, req.Key, version))
+	got, err := s.writeRow(ctx, q, s.claimStmt, req.Key, attempts, req.Executor, now, micros(req.Lease),
+		req.WorkflowID, req.RunID, req.RequestID, now, flag(unknown), now, req.Key, version)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return got, false, nil
 	}
@@ -687,7 +760,7 @@ func (s *Store) Complete(ctx context.Context, c ledger.Completion) (ledger.Opera
 	now := s.nowArg()
 	args := append([]any{string(c.Status), ext, ext, jsonArg(c.Result), note(c.ErrorCode), now, finalFlag(c.Status), now},
 		s.marksArgs(c.Status, now)...)
-	op, _, err := s.scan(s.completeStmt.QueryRowContext(ctx, append(args, c.Key, c.Executor)...))
+	op, err := s.writeRow(ctx, s.w, s.completeStmt, c.Key, append(args, c.Key, c.Executor)...)
 	if errors.Is(err, ledger.ErrNotFound) {
 		cur, _, gerr := s.get(ctx, s.db, c.Key)
 		if gerr != nil {
@@ -949,4 +1022,25 @@ func IndexedQueries(s *Store) []IndexedQuery {
 		{"stuck leases", s.q.exceptions, []any{now, int64(-1e9), now, int64(0)}, "operations_leases"},
 		{"purge", s.q.purge, []any{s.d.Time(time.Now())}, "operations_purge"},
 	}
+}
+
+// Statement is one statement of a Store as it is prepared, for a driver's
+// tests to read the database's program of it.
+type Statement struct {
+	Name string
+	SQL  string
+}
+
+// StepWrites returns the writes of every write step, a fresh claim and its
+// completion, and the lease taken again, as s prepared them.
+func StepWrites(s *Store) []Statement {
+	write := func(q string) string { return q }
+	if s.d.ReadBack {
+		write = withoutReturning
+	}
+	ws := []Statement{{"insert", write(s.q.insert)}, {"claim", write(s.q.claim)}, {"complete", write(s.q.complete)}}
+	if s.d.ReadBack {
+		ws = append(ws, Statement{"read back", s.q.get})
+	}
+	return ws
 }
