@@ -48,11 +48,11 @@ type Dialect struct {
 	// IsUniqueViolation reports a unique constraint violation.
 	IsUniqueViolation func(error) bool
 	// ReadBack makes the writes of a claim and a completion read their row
-	// back in their transaction instead of returning it. SQLite answers
-	// RETURNING from an ephemeral table with a page cache of its own, which
-	// the pure-Go allocator maps and unmaps on every statement: an munmap
-	// stalls every core running the process (a TLB shootdown), several
-	// times what the read costs.
+	// back (see writeRow) instead of returning it. SQLite answers RETURNING
+	// from an ephemeral table with a page cache of its own, which the
+	// pure-Go allocator maps and unmaps on every statement: an munmap stalls
+	// every core running the process (a TLB shootdown), several times what
+	// the read costs.
 	ReadBack bool
 }
 
@@ -159,7 +159,9 @@ func withoutReturning(q string) string {
 // transaction of its own, where SQLite would keep a statement journal for
 // the write). That read may see a later write of another process to the row:
 // the row as it is now, which the caller could as well have read a moment
-// later.
+// later. If the read fails, the write stays committed and an error is
+// returned: a claim retried finds its own lease and reconciles first, as
+// after any claim whose answer was lost.
 func (s *Store) writeRow(ctx context.Context, q queryer, st *sql.Stmt, key string, args ...any) (ledger.Operation, error) {
 	if !s.d.ReadBack {
 		op, _, err := s.scan(stmt(ctx, q, st).QueryRowContext(ctx, args...))
