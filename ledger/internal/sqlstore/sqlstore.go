@@ -160,8 +160,8 @@ func withoutReturning(q string) string {
 // the write). That read may see a later write of another process to the row:
 // the row as it is now, which the caller could as well have read a moment
 // later. If the read fails, the write stays committed and an error is
-// returned: a claim retried finds its own lease and reconciles first, as
-// after any claim whose answer was lost.
+// returned, as when a claim's answer is lost: the row holds the lease, so a
+// retry is in flight until the lease ends and then reconciles first.
 func (s *Store) writeRow(ctx context.Context, q queryer, st *sql.Stmt, key string, args ...any) (ledger.Operation, error) {
 	if !s.d.ReadBack {
 		op, _, err := s.scan(stmt(ctx, q, st).QueryRowContext(ctx, args...))
