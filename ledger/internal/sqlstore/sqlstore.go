@@ -93,19 +93,16 @@ func New(ctx context.Context, c Conns, d Dialect, clock func() time.Time) (*Stor
 	}
 	s := &Store{db: c.Read, w: c.Write, d: d, now: clock}
 	s.q = newQueries(s.expand)
-	ws := StepWrites(s)
-	stmts := []struct {
+	type prepared struct {
 		st **sql.Stmt
 		db *sql.DB
 		q  string
-	}{{&s.insertStmt, s.w, ws[0].SQL}, {&s.claimStmt, s.w, ws[1].SQL}, {&s.completeStmt, s.w, ws[2].SQL},
-		{&s.getNowStmt, s.db, s.q.getNow}}
+	}
+	ws := StepWrites(s)
+	stmts := []prepared{{&s.insertStmt, s.w, ws[0].SQL}, {&s.claimStmt, s.w, ws[1].SQL},
+		{&s.completeStmt, s.w, ws[2].SQL}, {&s.getNowStmt, s.db, s.q.getNow}}
 	if d.ReadBack {
-		stmts = append(stmts, struct {
-			st **sql.Stmt
-			db *sql.DB
-			q  string
-		}{&s.readStmt, s.w, ws[3].SQL})
+		stmts = append(stmts, prepared{&s.readStmt, s.w, ws[3].SQL})
 	}
 	for _, p := range stmts {
 		st, err := p.db.PrepareContext(ctx, p.q)
