@@ -34,6 +34,7 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	address := fs.String("address", "", "measure on this Temporal cluster (host:port; prepared with `starter cluster setup`) instead of an embedded server: both sides' workers run here, the server's CPU is not counted")
 	namespace := fs.String("namespace", "", "with --address: the namespace (`starter cluster setup` prepared it)")
 	noWrites := fs.Bool("without-ledger-writes", false, "measurement only: agentsaga's worker skips the ledger's claim and completion commits (every call executes, nothing is recorded: NO promise holds), to split agentsaga's cost into those commits and the rest; not with --address or --ledger")
+	serverWork := fs.Int("server-work", 5, "plans per side and shape whose server work (requests, persistence and visibility writes, payload bytes) is counted, one at a time, on a second embedded server with its metrics on, after the timed batches (0 skips it; skipped with --address)")
 	ledgerDSN := fs.String("ledger", "", "the ledger agentsaga's worker uses (postgres://... or sqlite:...; default SQLite in a temporary directory)")
 	pos, err := parse(fs, args, out)
 	if err != nil {
@@ -86,6 +87,9 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 		return usageErr("bench: --without-ledger-writes runs on the embedded stack and its own ledger only: drop --address and --ledger")
 	}
 	o.WithoutLedgerWrites = *noWrites
+	if *serverWork < 0 || *serverWork > 1000 {
+		return usageErr("bench: --server-work must be from 0 to 1000 plans")
+	}
 	if !*asJSON {
 		if *address != "" {
 			fmt.Fprintf(out, "connecting to Temporal at %s namespace %s, starting the sandbox providers and a worker ...\n", *address, *namespace)
@@ -111,15 +115,55 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	closed := false
+	defer func() {
+		if !closed {
+			st.Close()
+		}
+	}()
 	rep, err := bench.Run(ctx, st, o)
 	if err != nil {
 		return err
+	}
+	if *serverWork > 0 && *address == "" {
+		// On a stack of its own: the timed batches ran without the
+		// server's metrics, which cost it CPU.
+		closed = true
+		if err := st.Close(); err != nil {
+			return err
+		}
+		if err := measureServerWork(ctx, &rep, so, *serverWork); err != nil {
+			return err
+		}
 	}
 	if *asJSON {
 		return printJSON(out, rep)
 	}
 	bench.PrintTable(out, rep)
+	return nil
+}
+
+// measureServerWork counts the server's work per plan of each shape rep
+// measured, on a new in-memory stack like so with the server's metrics on.
+func measureServerWork(ctx context.Context, rep *bench.Report, so devstack.Options, plans int) error {
+	so.DataDir, so.ServerMetrics = "", true
+	st, err := devstack.Start(ctx, so)
+	if err != nil {
+		return fmt.Errorf("bench: start the stack that counts the server's work: %w", err)
+	}
+	defer st.Close()
+	var shapes []int
+	for _, s := range rep.Shapes {
+		shapes = append(shapes, s.Steps)
+	}
+	if len(shapes) == 0 {
+		shapes = []int{1, 3}
+	}
+	w, err := bench.MeasureServerWork(ctx, st, plans, shapes)
+	if err != nil {
+		return err
+	}
+	rep.AddServerWork(w)
 	return nil
 }
 

@@ -148,6 +148,9 @@ type Report struct {
 	// measured on the worker's ledger after the levels.
 	LedgerFloor *LedgerFloor `json:"ledger_floor,omitempty"`
 	Growth      []Growth     `json:"ledger_growth,omitempty"`
+	// ServerWork counts the server's work per plan on each side (see
+	// MeasureServerWork and AddServerWork).
+	ServerWork []ServerWork `json:"server_work,omitempty"`
 	// ServerDynamicConfig is what the embedded server ran with.
 	ServerDynamicConfig map[string]string `json:"server_dynamic_config"`
 	Targets             []Target          `json:"targets"`

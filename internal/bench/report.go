@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -183,6 +185,7 @@ func PrintTable(w io.Writer, rep Report) {
 			fmt.Fprintln(w, "  (largest / smallest; 1 is flat)")
 		}
 	}
+	printServerWork(w, rep.ServerWork)
 	if len(rep.Targets) > 0 {
 		fmt.Fprintf(w, "\ntargets (issue 10)\n")
 		for _, t := range rep.Targets {
@@ -219,6 +222,17 @@ func printCPUSplit(w io.Writer, rep Report) {
 				fmt.Fprintf(w, " | %5.2f/%5.2f %+6.2f", a[c], p[c], a[c]-p[c])
 			}
 			fmt.Fprintln(w)
+		}
+	}
+}
+
+// printServerWork prints the server's work per plan of each side, every
+// count either side made.
+func printServerWork(w io.Writer, work []ServerWork) {
+	for _, s := range work {
+		fmt.Fprintf(w, "\nserver work per plan, %s (%d plans per side, one at a time)   agentsaga      plain      extra\n", s.Shape, s.Plans)
+		for _, k := range slices.Sorted(maps.Keys(keysOf(s.Agentsaga, s.Plain))) {
+			fmt.Fprintf(w, "  %-56s %10.2f %10.2f %+10.2f\n", k, s.Agentsaga[k], s.Plain[k], s.Extra[k])
 		}
 	}
 }

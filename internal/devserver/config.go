@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/server/common/dynamicconfig"
 	"go.temporal.io/server/common/log"
 	"go.temporal.io/server/common/membership/static"
+	"go.temporal.io/server/common/metrics"
 	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
 	"go.temporal.io/server/common/primitives"
 	sqliteschema "go.temporal.io/server/schema/sqlite"
@@ -44,6 +45,7 @@ const (
 type ports struct {
 	frontend, frontendHTTP, history, matching, worker int
 	ui                                                int // 0 without UI
+	metrics                                           int // 0 without metrics
 }
 
 // pickPorts chooses the ports of one server. Every probe listener stays open
@@ -85,6 +87,11 @@ func pickPorts(opts Options) (p ports, uiHold *net.TCPListener, err error) {
 	}
 	for _, port := range []*int{&p.history, &p.matching, &p.worker} {
 		if err := probe(port, internalHost, 0, "internal", ""); err != nil {
+			return p, nil, err
+		}
+	}
+	if opts.ServeMetrics {
+		if err := probe(&p.metrics, internalHost, opts.MetricsPort, "metrics", "MetricsPort"); err != nil {
 			return p, nil, err
 		}
 	}
@@ -233,7 +240,13 @@ func buildServerOptions(opts Options, p ports, sqlCfg *config.SQL, logger log.Lo
 
 	cfg := &config.Config{}
 	cfg.Global.Membership = config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: internalHost}
-	// Metrics stay off (a nil config is a no-op handler) and so does pprof (port 0).
+	// Metrics stay off unless asked for (a nil config is a no-op handler);
+	// pprof stays off (port 0).
+	if opts.ServeMetrics {
+		cfg.Global.Metrics = &metrics.Config{Prometheus: &metrics.PrometheusConfig{
+			Framework: metrics.FrameworkOpentelemetry, ListenAddress: internal(p.metrics), HandlerPath: "/metrics",
+		}}
+	}
 	cfg.Persistence = config.Persistence{
 		DefaultStore:     storeName,
 		VisibilityStore:  storeName,

@@ -86,6 +86,14 @@ type Options struct {
 	// TLS, when set, makes the frontend require mutual TLS: clients must
 	// present a certificate CAFile signed. Nil serves plain gRPC.
 	TLS *TLS
+	// ServeMetrics serves the server's own metrics (requests by service and
+	// operation, persistence and visibility requests, latencies) for
+	// Prometheus at http://127.0.0.1:MetricsPort/metrics (MetricsURL).
+	// Off by default: recording them costs the server CPU.
+	ServeMetrics bool
+	// MetricsPort is the metrics endpoint's port with ServeMetrics. 0 picks
+	// a free port.
+	MetricsPort int
 }
 
 // TLS is the frontend's mutual TLS (Options.TLS), as a production cluster
@@ -148,6 +156,7 @@ type Server struct {
 	httpAPI   string
 	namespace string
 	uiURL     string
+	metrics   string // "" without ServeMetrics
 	config    *devConfig
 	tls       *TLS // nil: plain gRPC
 
@@ -210,6 +219,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		config:    dc,
 		tls:       opts.TLS,
 	}
+	if opts.ServeMetrics {
+		s.metrics = "http://" + net.JoinHostPort(internalHost, strconv.Itoa(ports.metrics)) + "/metrics"
+	}
 	if err := s.awaitReady(ctx, opts.SearchAttributes); err != nil {
 		closeHeld(uiHold)
 		return nil, errors.Join(err, s.Stop())
@@ -237,6 +249,10 @@ func (s *Server) FrontendHTTPAddr() string { return s.httpAPI }
 // UIURL returns the Web UI's base URL, such as http://127.0.0.1:8233, or ""
 // when the server runs without UI.
 func (s *Server) UIURL() string { return s.uiURL }
+
+// MetricsURL returns the address of the server's Prometheus metrics, such as
+// http://127.0.0.1:9090/metrics, or "" without Options.ServeMetrics.
+func (s *Server) MetricsURL() string { return s.metrics }
 
 // Stop stops the UI and the server and waits for them to finish. Calling it
 // more than once returns the first result.
@@ -406,6 +422,12 @@ func (o *Options) applyDefaults() error {
 	}
 	if o.UIPort < NoUI || o.UIPort > 65535 {
 		return fmt.Errorf("devserver: UI port %d is out of range; use 0 for a free port, -1 for no UI or 1-65535", o.UIPort)
+	}
+	if o.MetricsPort < 0 || o.MetricsPort > 65535 {
+		return fmt.Errorf("devserver: metrics port %d is out of range; use 0 for a free port or 1-65535", o.MetricsPort)
+	}
+	if o.MetricsPort != 0 && !o.ServeMetrics {
+		return fmt.Errorf("devserver: MetricsPort %d is set without ServeMetrics; set ServeMetrics to serve the metrics", o.MetricsPort)
 	}
 	if net.ParseIP(o.Host) == nil {
 		return fmt.Errorf("devserver: host %q is not an IP address; use an address such as 127.0.0.1 or 0.0.0.0", o.Host)

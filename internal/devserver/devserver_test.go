@@ -17,6 +17,7 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
@@ -203,6 +204,56 @@ func TestStartRefusesBusyPort(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "not free") || !strings.Contains(err.Error(), "Options.Port") {
 		t.Errorf("Start on busy port: %v; want an error saying the port is not free and naming Options.Port", err)
+	}
+}
+
+// TestServeMetrics serves the server's own metrics on a free loopback port
+// and finds the frontend's requests among them; without ServeMetrics there
+// is no endpoint.
+func TestServeMetrics(t *testing.T) {
+	s := start(t, devserver.Options{UIPort: devserver.NoUI, ServeMetrics: true})
+	if !strings.HasPrefix(s.MetricsURL(), "http://127.0.0.1:") || !strings.HasSuffix(s.MetricsURL(), "/metrics") {
+		t.Fatalf("MetricsURL() = %q; want http://127.0.0.1:<port>/metrics", s.MetricsURL())
+	}
+	c := dial(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: s.Namespace()}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(s.MetricsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `operation="DescribeNamespace"`) {
+		t.Fatalf("GET %s: %s, %d bytes; want 200 with the frontend's DescribeNamespace requests counted", s.MetricsURL(), resp.Status, len(body))
+	}
+	if off := start(t, devserver.Options{UIPort: devserver.NoUI}); off.MetricsURL() != "" {
+		t.Errorf("MetricsURL() without ServeMetrics = %q; want empty", off.MetricsURL())
+	}
+}
+
+// TestMetricsPortIsChecked refuses a metrics port out of range, and one
+// given without ServeMetrics (it would silently serve nothing).
+func TestMetricsPortIsChecked(t *testing.T) {
+	for _, o := range []devserver.Options{
+		{ServeMetrics: true, MetricsPort: -1},
+		{ServeMetrics: true, MetricsPort: 70000},
+		{MetricsPort: 9090},
+	} {
+		s, err := devserver.Start(context.Background(), o)
+		if err == nil {
+			s.Stop()
+			t.Fatalf("Start(%+v) succeeded; want an error", o)
+		}
+		if !strings.Contains(err.Error(), "etrics") {
+			t.Errorf("Start(%+v): %v; want an error naming the metrics port", o, err)
+		}
 	}
 }
 

@@ -93,6 +93,10 @@ type Options struct {
 	// http://MetricsAddr/metrics (port 0 picks a free one; see
 	// Stack.MetricsURL). Empty serves none.
 	MetricsAddr string
+	// ServerMetrics makes the embedded server serve its own metrics
+	// (Stack.Server.MetricsURL); the bench counts the server's work per
+	// plan with them. Off by default: recording them costs the server CPU.
+	ServerMetrics bool
 	// WrapLedger, when set, wraps the ledger store the worker uses (the
 	// bench's measurement without ledger writes); Stack.Ledger stays the
 	// store itself. Nil gives the worker the store.
@@ -182,7 +186,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	hostPort, namespace := o.Address, o.Namespace
 	if hostPort == "" {
 		st.Server, err = devserver.Start(ctx, devserver.Options{
-			DataDir: temporalDir, Port: o.Port, UIPort: o.UIPort, HTTPPort: o.HTTPPort,
+			DataDir: temporalDir, Port: o.Port, UIPort: o.UIPort, HTTPPort: o.HTTPPort, ServeMetrics: o.ServerMetrics,
 			SearchAttributes: sagaworker.SearchAttributes, Logger: log,
 			UICodec: devserver.UICodec{Endpoint: st.CodecURL, IncludeCredentials: true},
 		})
