@@ -211,7 +211,14 @@ type Side struct {
 	// belongs to. Profiled time is within a few per cent of the rusage
 	// figure; compare components across sides, not with CPUMsPerPlan.
 	CPUMsPerPlanBy map[string]float64 `json:"cpu_ms_per_plan_by,omitempty"`
-	Errors         int                `json:"errors"`
+	// SysCPUMsPerPlan is the kernel's share of CPUMsPerPlan (system
+	// calls such as fsync, and the scheduling of the process's threads).
+	SysCPUMsPerPlan float64 `json:"sys_cpu_ms_per_plan"`
+	// SwitchesPerPlan are the process's voluntary context switches per
+	// plan: a thread that blocked in a system call or parked for want of
+	// work, to be woken again.
+	SwitchesPerPlan float64 `json:"switches_per_plan"`
+	Errors          int     `json:"errors"`
 }
 
 // Ratios are agentsaga / plain.
@@ -433,7 +440,8 @@ func (r *runner) next() int64 {
 // batchResult is one batch of one side.
 type batchResult struct {
 	total, start []time.Duration
-	wall, cpu    time.Duration
+	wall         time.Duration
+	use          usage
 	errors       int
 	// cpuBy is the batch's profiled CPU by component; nil when off.
 	cpuBy map[string]time.Duration
@@ -495,7 +503,7 @@ func merge(a, b batchResult) batchResult {
 	a.total = append(a.total, b.total...)
 	a.start = append(a.start, b.start...)
 	a.wall += b.wall
-	a.cpu += b.cpu
+	a.use = a.use.add(b.use)
 	a.errors += b.errors
 	if b.cpuBy != nil {
 		if a.cpuBy == nil {
@@ -517,7 +525,9 @@ func merge(a, b batchResult) batchResult {
 func side(b batchResult, perSec float64) Side {
 	s := Side{Plans: len(b.total), PlansPerSec: round2(perSec), Latency: dist(b.total), Start: dist(b.start), Errors: b.errors}
 	if n := len(b.total) + b.errors; n > 0 {
-		s.CPUMsPerPlan = round(float64(b.cpu)/float64(time.Millisecond)/float64(n), 2)
+		s.CPUMsPerPlan = round(float64(b.use.cpu)/float64(time.Millisecond)/float64(n), 2)
+		s.SysCPUMsPerPlan = round(float64(b.use.sys)/float64(time.Millisecond)/float64(n), 2)
+		s.SwitchesPerPlan = round(float64(b.use.switches)/float64(n), 1)
 		s.CPUMsPerPlanBy = perPlan(b.cpuBy, n)
 	}
 	return s
@@ -540,7 +550,7 @@ func (r *runner) batch(ctx context.Context, steps, conc, n int, agentsaga bool) 
 			r.o.Logger.Warn(err.Error())
 		}
 	}
-	cpu0 := cpuTime()
+	u0 := usageNow()
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
 		sem <- struct{}{}
@@ -569,7 +579,7 @@ func (r *runner) batch(ctx context.Context, steps, conc, n int, agentsaga bool) 
 	}
 	wg.Wait()
 	out.wall = time.Since(t0)
-	out.cpu = cpuTime() - cpu0
+	out.use = usageNow().since(u0)
 	p, err := pr.stop()
 	if err != nil {
 		return out, err
@@ -692,10 +702,29 @@ func (r *runner) history(ctx context.Context, steps int, agentsaga bool) (Histor
 }
 
 // cpuTime is the process's user+system CPU time.
-func cpuTime() time.Duration {
+func cpuTime() time.Duration { return usageNow().cpu }
+
+// usage is the process's resource use so far, from getrusage (all its
+// threads).
+type usage struct {
+	cpu, sys time.Duration // user+system, and system alone
+	// switches are the voluntary context switches: a thread blocked (in
+	// fsync, say) or parked for want of work.
+	switches int64
+}
+
+func usageNow() usage {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return usage{}
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), sys: time.Duration(ru.Stime.Nano()), switches: ru.Nvcsw}
+}
+
+func (u usage) since(u0 usage) usage {
+	return usage{cpu: u.cpu - u0.cpu, sys: u.sys - u0.sys, switches: u.switches - u0.switches}
+}
+
+func (u usage) add(v usage) usage {
+	return usage{cpu: u.cpu + v.cpu, sys: u.sys + v.sys, switches: u.switches + v.switches}
 }

@@ -46,6 +46,9 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 				require.Positive(t, sd.Start.P50Ms)
 				require.Less(t, sd.Start.P50Ms, sd.Latency.MaxMs, "a start is part of its plan's latency")
 				require.Positive(t, sd.CPUMsPerPlan)
+				require.Positive(t, sd.SysCPUMsPerPlan, "a plan makes system calls")
+				require.Less(t, sd.SysCPUMsPerPlan, sd.CPUMsPerPlan)
+				require.Positive(t, sd.SwitchesPerPlan, "a plan waits on the network")
 			}
 			require.InDelta(t, l.Agentsaga.Latency.P50Ms/l.Plain.Latency.P50Ms, l.Ratio.P50, 0.001)
 			require.InDelta(t, l.Agentsaga.PlansPerSec/l.Plain.PlansPerSec, l.Ratio.Throughput, 0.01)
@@ -86,6 +89,9 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 	require.NotNil(t, rep.LedgerFloor, "the ledger floor is measured whenever levels ran")
 	require.Positive(t, rep.LedgerFloor.CPUMsPerStep)
 	require.Positive(t, rep.LedgerFloor.CPUMsPerStepAt10)
+	require.Positive(t, rep.LedgerFloor.SysMsPerStep, "two fsynced commits per pair")
+	require.Less(t, rep.LedgerFloor.SysMsPerStep, rep.LedgerFloor.CPUMsPerStep)
+	require.Positive(t, rep.LedgerFloor.SwitchesPerStep, "a thread blocks in each fsync")
 	for _, s := range rep.Shapes {
 		for _, l := range s.Levels {
 			want := (l.Agentsaga.CPUMsPerPlan-l.Plain.CPUMsPerPlan)/float64(s.Steps) - rep.LedgerFloor.CPUMsPerStep

@@ -21,6 +21,11 @@ type LedgerFloor struct {
 	// CPUMsPerStep is the process's CPU (user+system: the fsyncs
 	// included) per pair, one at a time.
 	CPUMsPerStep float64 `json:"cpu_ms_per_step"`
+	// SysMsPerStep is the kernel's share of CPUMsPerStep and
+	// SwitchesPerStep the voluntary context switches per pair, one at a
+	// time (compare Side.SysCPUMsPerPlan and SwitchesPerPlan).
+	SysMsPerStep    float64 `json:"sys_ms_per_step"`
+	SwitchesPerStep float64 `json:"switches_per_step"`
 	// CPUMsPerStepAt10 is the same with ten pairs in flight (waits for
 	// SQLite's write lock included).
 	CPUMsPerStepAt10 float64 `json:"cpu_ms_per_step_at_10"`
@@ -46,15 +51,18 @@ func ledgerFloor(ctx context.Context, store ledger.Store, pairs int) (LedgerFloo
 		}
 		return nil
 	}
-	cpu0 := cpuTime()
+	u0 := usageNow()
 	for i := range pairs {
 		if err := pair(i); err != nil {
 			return f, err
 		}
 	}
-	f.CPUMsPerStep = round(float64((cpuTime()-cpu0).Microseconds())/1000/float64(pairs), 3)
+	u := usageNow().since(u0)
+	f.CPUMsPerStep = round(float64(u.cpu.Microseconds())/1000/float64(pairs), 3)
+	f.SysMsPerStep = round(float64(u.sys.Microseconds())/1000/float64(pairs), 3)
+	f.SwitchesPerStep = round(float64(u.switches)/float64(pairs), 1)
 
-	cpu0 = cpuTime()
+	cpu0 := cpuTime()
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex

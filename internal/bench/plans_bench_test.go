@@ -70,7 +70,7 @@ func benchBatch(b *testing.B, steps, conc int, agentsaga bool) {
 	if res.errors > 0 {
 		b.Fatalf("%d plans failed", res.errors)
 	}
-	b.ReportMetric(float64(res.cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(res.use.cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }
 
 // go test -run '^$' -bench Concurrent -benchtime 200x ./bench/

@@ -120,12 +120,22 @@ func PrintTable(w io.Writer, rep Report) {
 		}
 	}
 	if f := rep.LedgerFloor; f != nil {
-		fmt.Fprintf(w, "\nledger floor (claim+complete on the worker's ledger, %d pairs): %.2f ms CPU per write step one at a time, %.2f ms ten at a time\n",
-			f.Pairs, f.CPUMsPerStep, f.CPUMsPerStepAt10)
+		fmt.Fprintf(w, "\nledger floor (claim+complete on the worker's ledger, %d pairs): %.2f ms CPU per write step one at a time (%.2f ms of it the kernel's, %.1f context switches), %.2f ms ten at a time\n",
+			f.Pairs, f.CPUMsPerStep, f.SysMsPerStep, f.SwitchesPerStep, f.CPUMsPerStepAt10)
 		fmt.Fprintf(w, "agentsaga CPU per write step above plain + floor:")
 		for _, s := range rep.Shapes {
 			for _, l := range s.Levels {
 				fmt.Fprintf(w, " %s at %d %.2f ms;", s.Name, l.Concurrency, l.CPUMsPerStepAboveFloor)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	if len(rep.Shapes) > 0 {
+		fmt.Fprintf(w, "\nkernel CPU ms and voluntary context switches per plan, a / p:")
+		for _, s := range rep.Shapes {
+			for _, l := range s.Levels {
+				fmt.Fprintf(w, " %s at %d %.2f / %.2f ms, %.1f / %.1f;", s.Name, l.Concurrency,
+					l.Agentsaga.SysCPUMsPerPlan, l.Plain.SysCPUMsPerPlan, l.Agentsaga.SwitchesPerPlan, l.Plain.SwitchesPerPlan)
 			}
 		}
 		fmt.Fprintln(w)
