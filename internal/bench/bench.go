@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"syscall"
@@ -218,7 +219,14 @@ type Side struct {
 	// plan: a thread that blocked in a system call or parked for want of
 	// work, to be woken again.
 	SwitchesPerPlan float64 `json:"switches_per_plan"`
-	Errors          int     `json:"errors"`
+	// AllocKBPerPlan and AllocsPerPlan are what the process's Go heap
+	// allocated per plan (server, worker and client together, as
+	// CPUMsPerPlan). Code paths decide them, not the machine's load, so
+	// they move far less between runs than CPU time: a saving or a
+	// regression in allocation shows in one run.
+	AllocKBPerPlan float64 `json:"alloc_kb_per_plan"`
+	AllocsPerPlan  float64 `json:"allocs_per_plan"`
+	Errors         int     `json:"errors"`
 }
 
 // Ratios are agentsaga / plain.
@@ -528,6 +536,8 @@ func side(b batchResult, perSec float64) Side {
 		s.CPUMsPerPlan = round(float64(b.use.cpu)/float64(time.Millisecond)/float64(n), 2)
 		s.SysCPUMsPerPlan = round(float64(b.use.sys)/float64(time.Millisecond)/float64(n), 2)
 		s.SwitchesPerPlan = round(float64(b.use.switches)/float64(n), 1)
+		s.AllocKBPerPlan = round(float64(b.use.allocBytes)/1024/float64(n), 1)
+		s.AllocsPerPlan = round(float64(b.use.allocObjects)/float64(n), 0)
 		s.CPUMsPerPlanBy = perPlan(b.cpuBy, n)
 	}
 	return s
@@ -711,20 +721,32 @@ type usage struct {
 	// switches are the voluntary context switches: a thread blocked (in
 	// fsync, say) or parked for want of work.
 	switches int64
+	// allocBytes and allocObjects are what the Go heap allocated (every
+	// goroutine of the process).
+	allocBytes, allocObjects uint64
 }
 
+// allocMetrics are the runtime/metrics samples usageNow reads.
+var allocMetrics = []string{"/gc/heap/allocs:bytes", "/gc/heap/allocs:objects"}
+
 func usageNow() usage {
+	ms := []metrics.Sample{{Name: allocMetrics[0]}, {Name: allocMetrics[1]}}
+	metrics.Read(ms)
+	u := usage{allocBytes: ms[0].Value.Uint64(), allocObjects: ms[1].Value.Uint64()}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return usage{}
+		return u
 	}
-	return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), sys: time.Duration(ru.Stime.Nano()), switches: ru.Nvcsw}
+	u.cpu, u.sys, u.switches = time.Duration(ru.Utime.Nano()+ru.Stime.Nano()), time.Duration(ru.Stime.Nano()), ru.Nvcsw
+	return u
 }
 
 func (u usage) since(u0 usage) usage {
-	return usage{cpu: u.cpu - u0.cpu, sys: u.sys - u0.sys, switches: u.switches - u0.switches}
+	return usage{cpu: u.cpu - u0.cpu, sys: u.sys - u0.sys, switches: u.switches - u0.switches,
+		allocBytes: u.allocBytes - u0.allocBytes, allocObjects: u.allocObjects - u0.allocObjects}
 }
 
 func (u usage) add(v usage) usage {
-	return usage{cpu: u.cpu + v.cpu, sys: u.sys + v.sys, switches: u.switches + v.switches}
+	return usage{cpu: u.cpu + v.cpu, sys: u.sys + v.sys, switches: u.switches + v.switches,
+		allocBytes: u.allocBytes + v.allocBytes, allocObjects: u.allocObjects + v.allocObjects}
 }

@@ -49,6 +49,8 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 				require.Positive(t, sd.SysCPUMsPerPlan, "a plan makes system calls")
 				require.Less(t, sd.SysCPUMsPerPlan, sd.CPUMsPerPlan)
 				require.Positive(t, sd.SwitchesPerPlan, "a plan waits on the network")
+				require.Greater(t, sd.AllocKBPerPlan, 10.0, "a plan allocates: gRPC messages, payloads, history events")
+				require.Greater(t, sd.AllocsPerPlan, sd.AllocKBPerPlan, "objects average under a KB")
 			}
 			require.InDelta(t, l.Agentsaga.Latency.P50Ms/l.Plain.Latency.P50Ms, l.Ratio.P50, 0.001)
 			require.InDelta(t, l.Agentsaga.PlansPerSec/l.Plain.PlansPerSec, l.Ratio.Throughput, 0.01)

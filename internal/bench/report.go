@@ -138,6 +138,13 @@ func PrintTable(w io.Writer, rep Report) {
 					l.Agentsaga.SysCPUMsPerPlan, l.Plain.SysCPUMsPerPlan, l.Agentsaga.SwitchesPerPlan, l.Plain.SwitchesPerPlan)
 			}
 		}
+		fmt.Fprintf(w, "\nGo heap allocated per plan, KB and objects, a / p:")
+		for _, s := range rep.Shapes {
+			for _, l := range s.Levels {
+				fmt.Fprintf(w, " %s at %d %.0f / %.0f KB, %.0f / %.0f;", s.Name, l.Concurrency,
+					l.Agentsaga.AllocKBPerPlan, l.Plain.AllocKBPerPlan, l.Agentsaga.AllocsPerPlan, l.Plain.AllocsPerPlan)
+			}
+		}
 		fmt.Fprintln(w)
 	}
 	printCPUSplit(w, rep)
