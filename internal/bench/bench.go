@@ -221,9 +221,10 @@ type Side struct {
 	SwitchesPerPlan float64 `json:"switches_per_plan"`
 	// AllocKBPerPlan and AllocsPerPlan are what the process's Go heap
 	// allocated per plan (server, worker and client together, as
-	// CPUMsPerPlan). Code paths decide them, not the machine's load, so
-	// they move far less between runs than CPU time: a saving or a
-	// regression in allocation shows in one run.
+	// CPUMsPerPlan). Code paths decide most of them, not the machine's
+	// load, so they move far less between runs than CPU time (see
+	// BENCHMARKS.md): a saving or a regression in allocation shows in
+	// one run.
 	AllocKBPerPlan float64 `json:"alloc_kb_per_plan"`
 	AllocsPerPlan  float64 `json:"allocs_per_plan"`
 	Errors         int     `json:"errors"`
