@@ -152,12 +152,9 @@ func measureServerWork(ctx context.Context, rep *bench.Report, so devstack.Optio
 		return fmt.Errorf("bench: start the stack that counts the server's work: %w", err)
 	}
 	defer st.Close()
-	var shapes []int
+	var shapes []int // none: the bench's own
 	for _, s := range rep.Shapes {
 		shapes = append(shapes, s.Steps)
-	}
-	if len(shapes) == 0 {
-		shapes = []int{1, 3}
 	}
 	w, err := bench.MeasureServerWork(ctx, st, plans, shapes)
 	if err != nil {

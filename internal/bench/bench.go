@@ -727,11 +727,8 @@ type usage struct {
 	allocBytes, allocObjects uint64
 }
 
-// allocMetrics are the runtime/metrics samples usageNow reads.
-var allocMetrics = []string{"/gc/heap/allocs:bytes", "/gc/heap/allocs:objects"}
-
 func usageNow() usage {
-	ms := []metrics.Sample{{Name: allocMetrics[0]}, {Name: allocMetrics[1]}}
+	ms := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/allocs:objects"}}
 	metrics.Read(ms)
 	u := usage{allocBytes: ms[0].Value.Uint64(), allocObjects: ms[1].Value.Uint64()}
 	var ru syscall.Rusage

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -120,9 +118,10 @@ var backgroundPersistence = map[string]bool{
 const serverWorkSettle = 30 * time.Second
 
 // MeasureServerWork runs plans plans of each of shapes (numbers of write
-// steps) on each side, one at a time, and counts the server's work per plan
-// (see ServerWork). st must embed a server that serves its metrics
-// (devstack.Options ServerMetrics) and have a worker. Each side first runs
+// steps; none means the default of Options.Shapes) on each side, one at a
+// time, and counts the server's work per plan (see ServerWork). st must
+// embed a server that serves its metrics (devstack.Options ServerMetrics)
+// and have a worker. Each side first runs
 // two plans uncounted, so first-use work (task queues, caches) is left out.
 func MeasureServerWork(ctx context.Context, st *devstack.Stack, plans int, shapes []int) ([]ServerWork, error) {
 	if st.Server == nil || st.Server.MetricsURL() == "" {
@@ -141,6 +140,9 @@ func MeasureServerWork(ctx context.Context, st *devstack.Stack, plans int, shape
 	defer pw.Stop()
 	o := Options{}
 	o.defaults()
+	if len(shapes) == 0 {
+		shapes = o.Shapes
+	}
 	r := &runner{st: st, o: o, tag: "work" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	url := st.Server.MetricsURL()
 	var out []ServerWork
@@ -214,8 +216,9 @@ func (r *runner) serverWork(ctx context.Context, url string, steps, plans int, a
 const closedKey = "visibility RecordWorkflowExecutionClosed"
 
 // settledCounts reads the server's counters once the visibility queue has
-// recorded closes more plans than base and two reads in a row agree on the
-// visibility counts (with base nil: just two reads that agree).
+// recorded at least closes more closed runs than base holds and two reads in
+// a row agree on the visibility counts (with base nil and closes 0: just two
+// reads that agree).
 func settledCounts(ctx context.Context, url string, base map[string]float64, closes int) (map[string]float64, error) {
 	deadline := time.Now().Add(serverWorkSettle)
 	var last map[string]float64
@@ -280,8 +283,8 @@ func parseCounts(r io.Reader) (map[string]float64, error) {
 		return nil, fmt.Errorf("bench: parse the server's metrics: %w", err)
 	}
 	out := map[string]float64{}
-	for _, name := range slices.Sorted(maps.Keys(fams)) {
-		for _, m := range fams[name].GetMetric() {
+	for name, fam := range fams {
+		for _, m := range fam.GetMetric() {
 			if k := workKey(name, labels(m)); k != "" {
 				out[k] += m.GetCounter().GetValue()
 			}
