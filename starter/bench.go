@@ -33,7 +33,7 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	noSplit := fs.Bool("no-cpu-split", false, "do not profile the batches to split each side's CPU by component")
 	address := fs.String("address", "", "measure on this Temporal cluster (host:port; prepared with `starter cluster setup`) instead of an embedded server: both sides' workers run here, the server's CPU is not counted")
 	namespace := fs.String("namespace", "", "with --address: the namespace (`starter cluster setup` prepared it)")
-	noWrites := fs.Bool("without-ledger-writes", false, "measurement only: agentsaga's worker skips the ledger's claim and completion commits (every call executes, nothing is recorded: NO promise holds), to split agentsaga's cost into those commits and the rest; not with --address or --ledger")
+	commitSplit := fs.Bool("commit-split", false, "also run a third side in every round, agentsaga on a worker of its own whose ledger skips the claim and completion commits (it keeps NO promise; nothing else runs on its task queue), to split agentsaga's CPU into those commits, measured where they run, and the rest")
 	serverWork := fs.Int("server-work", 5, "plans per side and shape whose server work (requests, persistence and visibility writes, payload bytes) is counted, one at a time, on a second embedded server with its metrics on, after the timed batches (0 skips it; skipped with --address)")
 	ledgerDSN := fs.String("ledger", "", "the ledger agentsaga's worker uses (postgres://... or sqlite:...; default SQLite in a temporary directory)")
 	pos, err := parse(fs, args, out)
@@ -83,10 +83,7 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 		return usageErr("bench: --durable is for the embedded server; a cluster keeps its own data")
 	}
 	o.Cluster = *address
-	if *noWrites && (*address != "" || *ledgerDSN != "") {
-		return usageErr("bench: --without-ledger-writes runs on the embedded stack and its own ledger only: drop --address and --ledger")
-	}
-	o.WithoutLedgerWrites = *noWrites
+	o.CommitSplit = *commitSplit
 	if *serverWork < 0 || *serverWork > 1000 {
 		return usageErr("bench: --server-work must be from 0 to 1000 plans")
 	}
@@ -99,9 +96,6 @@ func cmdBench(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 		o.Logger = slog.New(redact.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	}
 	so := devstack.Options{UIPort: -1, Address: *address, Namespace: *namespace, Ledger: *ledgerDSN}
-	if *noWrites {
-		so.WrapLedger = bench.WithoutLedgerWrites
-	}
 	if *durable {
 		dir, err := os.MkdirTemp("", "agentsaga-bench-")
 		if err != nil {

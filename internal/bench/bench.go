@@ -24,6 +24,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
+	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -77,11 +78,15 @@ type Options struct {
 	// and concurrency, its rounds merged (agentsaga-3steps-c10.pprof,
 	// plain-3steps-c10.pprof), for `go tool pprof`.
 	ProfileDir string
-	// WithoutLedgerWrites records that the stack's worker runs on
-	// WithoutLedgerWrites (the caller starts it so): agentsaga's figures
-	// are then those of the engine without its ledger commits, and
-	// Level.CPUMsPerStepAboveFloor subtracts no floor.
-	WithoutLedgerWrites bool
+	// CommitSplit adds a third side to every round: agentsaga's engine on
+	// a worker of its own (task queue NoCommitsTaskQueue) whose ledger
+	// skips the claim and completion commits (WithoutLedgerWrites). The
+	// three sides run in rotated order in the same rounds, so the
+	// commits' CPU is measured where they run, beside the server and the
+	// worker under load (Level.CommitsCPUMsPerStep), and what agentsaga
+	// costs apart from them against plain (Level.CPUMsPerStepAboveCommits).
+	// The third side keeps no promise; nothing else runs on its queue.
+	CommitSplit bool
 	// Logger receives progress lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -134,12 +139,12 @@ type Report struct {
 	Durable bool `json:"durable"`
 	// Cluster is Options.Cluster: where the server ran ("" embedded).
 	Cluster string `json:"cluster,omitempty"`
-	// WithoutLedgerWrites is Options.WithoutLedgerWrites: agentsaga ran
-	// without its ledger commits (a measurement, no promise held).
-	WithoutLedgerWrites bool          `json:"without_ledger_writes,omitempty"`
-	Shapes              []ShapeResult `json:"shapes"`
-	History             []History     `json:"history"`
-	Phases              *Phases       `json:"phases,omitempty"`
+	// CommitSplit is Options.CommitSplit: each level has a third side,
+	// agentsaga without its ledger commits (Level.WithoutCommits).
+	CommitSplit bool          `json:"commit_split,omitempty"`
+	Shapes      []ShapeResult `json:"shapes"`
+	History     []History     `json:"history"`
+	Phases      *Phases       `json:"phases,omitempty"`
 	// Tasks counts workflow-task trouble in every plan the levels ran.
 	Tasks      []TaskHealth `json:"tasks,omitempty"`
 	Memory     *Memory      `json:"memory,omitempty"`
@@ -188,8 +193,22 @@ type Level struct {
 	// plain's and the ledger's commits (LedgerFloor.CPUMsPerStep):
 	// (agentsaga - plain) / steps - floor. What agentsaga costs apart
 	// from the durable commits it must make (issue 22: at most 0.3 ms).
-	// Without ledger writes no floor is subtracted.
 	CPUMsPerStepAboveFloor float64 `json:"cpu_ms_per_step_above_floor"`
+	// WithoutCommits is the third side of a run with Options.CommitSplit:
+	// agentsaga's engine without its ledger commits, in the same rounds.
+	WithoutCommits *Side `json:"without_commits,omitempty"`
+	// CommitsCPUMsPerStep is (agentsaga - WithoutCommits) / steps: the
+	// ledger commits' CPU per write step measured in the run, the floor
+	// where it is paid (with CommitSplit only).
+	CommitsCPUMsPerStep float64 `json:"commits_cpu_ms_per_step,omitempty"`
+	// CPUMsPerStepAboveCommits is (WithoutCommits - plain) / steps: what
+	// agentsaga's engine costs per write step apart from its commits,
+	// against plain in the same rounds (issue 22: at most 0.3 ms; with
+	// CommitSplit only).
+	CPUMsPerStepAboveCommits float64 `json:"cpu_ms_per_step_above_commits,omitempty"`
+	// ThroughputRatioWithoutCommits is WithoutCommits / plain plans per
+	// second (with CommitSplit only).
+	ThroughputRatioWithoutCommits float64 `json:"throughput_ratio_without_commits,omitempty"`
 }
 
 // Side is one side's figures at one level.
@@ -306,7 +325,7 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 	began := time.Now()
 	rep := Report{
 		Machine: Machine{GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
-		Rounds:  o.Rounds, Durable: o.Durable, Cluster: o.Cluster, WithoutLedgerWrites: o.WithoutLedgerWrites,
+		Rounds:  o.Rounds, Durable: o.Durable, Cluster: o.Cluster, CommitSplit: o.CommitSplit,
 		ServerDynamicConfig: map[string]string{},
 	}
 	if st.Server != nil { // a cluster's own configuration is its operator's
@@ -320,15 +339,21 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 	}
 	defer pw.Stop()
 	r := &runner{st: st, o: o, tag: strconv.FormatInt(time.Now().UnixNano(), 36)}
-
-	// Warm both sides up (first-use costs: caches, connections, JIT of
-	// the sandbox's SQLite statements) outside the figures.
-	for _, steps := range o.Shapes {
-		if _, err := r.batch(ctx, steps, 1, 3, true); err != nil {
+	if o.CommitSplit {
+		stop, err := r.startNoCommits()
+		if err != nil {
 			return rep, err
 		}
-		if _, err := r.batch(ctx, steps, 1, 3, false); err != nil {
-			return rep, err
+		defer stop()
+	}
+
+	// Warm every side up (first-use costs: caches, connections, JIT of
+	// the sandbox's SQLite statements) outside the figures.
+	for _, steps := range o.Shapes {
+		for _, sd := range r.sides() {
+			if _, err := sd.r.batch(ctx, steps, 1, 3, sd.agentsaga); err != nil {
+				return rep, err
+			}
 		}
 	}
 	r.mu.Lock()
@@ -362,11 +387,7 @@ func Run(ctx context.Context, st *devstack.Stack, o Options) (Report, error) {
 			s := &rep.Shapes[i]
 			for j := range s.Levels {
 				l := &s.Levels[j]
-				floor := f.CPUMsPerStep
-				if o.WithoutLedgerWrites {
-					floor = 0 // agentsaga made no commits
-				}
-				l.CPUMsPerStepAboveFloor = round((l.Agentsaga.CPUMsPerPlan-l.Plain.CPUMsPerPlan)/float64(s.Steps)-floor, 2)
+				l.CPUMsPerStepAboveFloor = round((l.Agentsaga.CPUMsPerPlan-l.Plain.CPUMsPerPlan)/float64(s.Steps)-f.CPUMsPerStep, 2)
 			}
 		}
 	}
@@ -437,6 +458,49 @@ type runner struct {
 	all map[bool][]sagaclient.Run
 	// profileOff is set when a batch could not start a CPU profile.
 	profileOff bool
+	// plans starts this runner's agentsaga plans: the no-commits
+	// worker's (see nc); nil is the stack's.
+	plans *sagaclient.Client
+	// nc runs the third side of Options.CommitSplit (nil without it).
+	nc *runner
+}
+
+// NoCommitsTaskQueue is the task queue of the third side of a run with
+// Options.CommitSplit: agentsaga's engine without its ledger commits.
+const NoCommitsTaskQueue = "agentsaga-bench-no-commits"
+
+// startNoCommits starts the worker of Options.CommitSplit's third side and
+// sets r.nc; stop stops it.
+func (r *runner) startNoCommits() (stop func(), err error) {
+	if r.st.Ledger == nil {
+		return nil, errors.New("bench: CommitSplit needs the stack's ledger to wrap")
+	}
+	w, err := sagaworker.New(r.st.Client, sagaworker.Options{TaskQueue: NoCommitsTaskQueue, Tools: r.st.Tools,
+		Ledger: WithoutLedgerWrites(r.st.Ledger), Logger: r.o.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("bench: the no-commits worker: %w", err)
+	}
+	if err := w.Start(); err != nil {
+		return nil, fmt.Errorf("bench: start the no-commits worker: %w", err)
+	}
+	r.nc = &runner{st: r.st, o: r.o, tag: r.tag + "nc", plans: r.st.PlansOn(NoCommitsTaskQueue), profileOff: r.profileOff}
+	return w.Stop, nil
+}
+
+// sideRun is one side of a round: who runs its batches and which kind.
+type sideRun struct {
+	r         *runner
+	agentsaga bool
+}
+
+// sides are the sides of every round: agentsaga and plain, then the
+// no-commits side of Options.CommitSplit.
+func (r *runner) sides() []sideRun {
+	s := []sideRun{{r, true}, {r, false}}
+	if r.nc != nil {
+		s = append(s, sideRun{r.nc, true})
+	}
+	return s
 }
 
 func (r *runner) next() int64 {
@@ -460,40 +524,41 @@ type batchResult struct {
 
 func (r *runner) level(ctx context.Context, steps, conc int) (Level, error) {
 	n := r.o.batchSize(conc)
-	var a, p batchResult
+	sides := r.sides()
+	all := make([]batchResult, len(sides))
+	perSec := make([][]float64, len(sides))
 	var rounds []float64
-	var aTP, pTP []float64
 	for round := 0; round < r.o.Rounds; round++ {
-		order := []bool{true, false}
-		if round%2 == 1 {
-			order = []bool{false, true}
-		}
-		var ra, rp batchResult
-		for _, agentsaga := range order {
-			b, err := r.batch(ctx, steps, conc, n, agentsaga)
+		// Rotate the order (two sides: AB, BA; three: ABC, BCA, CAB), so
+		// no side always runs first or after the same one.
+		tp := make([]float64, len(sides))
+		for i := range sides {
+			k := (round + i) % len(sides)
+			b, err := sides[k].r.batch(ctx, steps, conc, n, sides[k].agentsaga)
 			if err != nil {
 				return Level{}, err
 			}
-			if agentsaga {
-				ra = b
-			} else {
-				rp = b
-			}
+			tp[k] = float64(n) / b.wall.Seconds()
+			perSec[k] = append(perSec[k], tp[k])
+			all[k] = merge(all[k], b)
 		}
-		ta, tp := float64(n)/ra.wall.Seconds(), float64(n)/rp.wall.Seconds()
-		aTP, pTP = append(aTP, ta), append(pTP, tp)
-		rounds = append(rounds, ratio(ta, tp))
-		a = merge(a, ra)
-		p = merge(p, rp)
+		rounds = append(rounds, ratio(tp[0], tp[1]))
 		r.o.Logger.Info("bench round", "shape", shapeName(steps), "concurrency", conc, "round", round+1,
-			"agentsaga_plans_per_sec", round2(ta), "plain_plans_per_sec", round2(tp))
+			"agentsaga_plans_per_sec", round2(tp[0]), "plain_plans_per_sec", round2(tp[1]))
 	}
-	lv := Level{Concurrency: conc, Agentsaga: side(a, median(aTP)), Plain: side(p, median(pTP)), RoundThroughputRatios: rounds}
-	if err := writeProfile(r.o.ProfileDir, profileName(true, steps, conc), a.prof); err != nil {
-		return Level{}, err
+	lv := Level{Concurrency: conc, Agentsaga: side(all[0], median(perSec[0])), Plain: side(all[1], median(perSec[1])), RoundThroughputRatios: rounds}
+	names := []string{profileName(true, steps, conc), profileName(false, steps, conc), noCommitsProfileName(steps, conc)}
+	for k := range sides {
+		if err := writeProfile(r.o.ProfileDir, names[k], all[k].prof); err != nil {
+			return Level{}, err
+		}
 	}
-	if err := writeProfile(r.o.ProfileDir, profileName(false, steps, conc), p.prof); err != nil {
-		return Level{}, err
+	if len(sides) == 3 {
+		nc := side(all[2], median(perSec[2]))
+		lv.WithoutCommits = &nc
+		lv.CommitsCPUMsPerStep = round((lv.Agentsaga.CPUMsPerPlan-nc.CPUMsPerPlan)/float64(steps), 2)
+		lv.CPUMsPerStepAboveCommits = round((nc.CPUMsPerPlan-lv.Plain.CPUMsPerPlan)/float64(steps), 2)
+		lv.ThroughputRatioWithoutCommits = ratio(nc.PlansPerSec, lv.Plain.PlansPerSec)
 	}
 	lv.Ratio = Ratios{
 		Throughput: ratio(lv.Agentsaga.PlansPerSec, lv.Plain.PlansPerSec),
@@ -636,12 +701,16 @@ func ticketPlan(session string, steps int) plan.Plan {
 func (r *runner) onePlan(ctx context.Context, steps int) (start, total time.Duration, err error) {
 	p := ticketPlan(fmt.Sprintf("bench-%s-a%d", r.tag, r.next()), steps)
 	t0 := time.Now()
-	run, err := r.st.Plans.Start(ctx, p)
+	plans := r.plans
+	if plans == nil {
+		plans = r.st.Plans
+	}
+	run, err := plans.Start(ctx, p)
 	start = time.Since(t0)
 	if err != nil {
 		return 0, 0, err
 	}
-	s, err := r.st.Plans.WaitRun(ctx, run)
+	s, err := plans.WaitRun(ctx, run)
 	total = time.Since(t0)
 	if err != nil {
 		return 0, 0, err

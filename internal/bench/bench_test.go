@@ -28,7 +28,7 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 
 	rep, err := bench.Run(ctx, st, bench.Options{
 		Rounds: 2, Concurrency: []int{1, 3}, PlansPerBatch: 4, Shapes: []int{1, 2},
-		WaitingPlans: 5, DuplicateStarts: 20, LedgerOps: 20, PhasePlans: 4,
+		WaitingPlans: 5, DuplicateStarts: 20, LedgerOps: 20, PhasePlans: 4, CommitSplit: true,
 	})
 	require.NoError(t, err)
 
@@ -55,6 +55,14 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 			require.InDelta(t, l.Agentsaga.Latency.P50Ms/l.Plain.Latency.P50Ms, l.Ratio.P50, 0.001)
 			require.InDelta(t, l.Agentsaga.PlansPerSec/l.Plain.PlansPerSec, l.Ratio.Throughput, 0.01)
 			require.Len(t, l.RoundThroughputRatios, 2)
+			nc := l.WithoutCommits
+			require.NotNil(t, nc, "%s at %d: CommitSplit runs a third side", s.Name, l.Concurrency)
+			require.Equal(t, 8, nc.Plans)
+			require.Zero(t, nc.Errors)
+			require.Positive(t, nc.CPUMsPerPlan)
+			require.InDelta(t, (l.Agentsaga.CPUMsPerPlan-nc.CPUMsPerPlan)/float64(s.Steps), l.CommitsCPUMsPerStep, 0.01)
+			require.InDelta(t, (nc.CPUMsPerPlan-l.Plain.CPUMsPerPlan)/float64(s.Steps), l.CPUMsPerStepAboveCommits, 0.01)
+			require.InDelta(t, nc.PlansPerSec/l.Plain.PlansPerSec, l.ThroughputRatioWithoutCommits, 0.01)
 		}
 	}
 	require.Len(t, rep.History, 4)
@@ -109,6 +117,8 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 	require.Contains(t, out.String(), "targets (issue 10)")
 	require.Contains(t, out.String(), "activity scheduled -> completed")
 	require.Contains(t, out.String(), "ledger floor (claim+complete")
+	require.Contains(t, out.String(), "the ledger's commits in the run")
+	require.Contains(t, out.String(), "commits in the run (issue 22)")
 	_, err = json.Marshal(rep)
 	require.NoError(t, err)
 }

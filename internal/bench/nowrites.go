@@ -9,10 +9,10 @@ import (
 // WithoutLedgerWrites wraps s so that a claim always executes and a
 // completion is not recorded: the ledger's two durable commits of a write
 // step are skipped, and nothing else changes. It exists for one measurement
-// only (starter bench --without-ledger-writes): what agentsaga costs apart
-// from those commits. No promise holds on a worker that uses it (a retry
-// calls the provider again, a duplicate is not stopped); never give it to a
-// worker that serves plans.
+// only (starter bench --commit-split, Options.CommitSplit): what agentsaga
+// costs apart from those commits. No promise holds on a worker that uses it
+// (a retry calls the provider again, a duplicate is not stopped); never give
+// it to a worker that serves plans.
 func WithoutLedgerWrites(s ledger.Store) ledger.Store { return noWrites{s} }
 
 type noWrites struct{ ledger.Store }

@@ -180,6 +180,12 @@ func profileName(agentsaga bool, steps, conc int) string {
 	return fmt.Sprintf("%s-%dsteps-c%d.pprof", side, steps, conc)
 }
 
+// noCommitsProfileName is the file of Options.CommitSplit's third side:
+// no-commits-3steps-c10.pprof.
+func noCommitsProfileName(steps, conc int) string {
+	return fmt.Sprintf("no-commits-%dsteps-c%d.pprof", steps, conc)
+}
+
 // writeProfile writes p to dir/name, for `go tool pprof`.
 func writeProfile(dir, name string, p *profile.Profile) error {
 	if dir == "" || p == nil {

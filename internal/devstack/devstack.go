@@ -97,10 +97,6 @@ type Options struct {
 	// (Stack.Server.MetricsURL); the bench counts the server's work per
 	// plan with them. Off by default: recording them costs the server CPU.
 	ServerMetrics bool
-	// WrapLedger, when set, wraps the ledger store the worker uses (the
-	// bench's measurement without ledger writes); Stack.Ledger stays the
-	// store itself. Nil gives the worker the store.
-	WrapLedger func(ledger.Store) ledger.Store
 }
 
 // Stack is a running product.
@@ -143,6 +139,14 @@ type Stack struct {
 	metrics *telemetry.Server
 
 	tmp string
+}
+
+// PlansOn returns a planner's client like Stack.Plans that starts plans on
+// task queue tq, for a worker of the caller's own on this stack.
+func (st *Stack) PlansOn(tq string) *sagaclient.Client {
+	// sagaclient reads the plan fingerprint memo with the default data
+	// converter: hand it memos decoded.
+	return sagaclient.New(codec.DecodeMemos(st.Client, codec.New(st.Keyring)), sagaclient.Options{TaskQueue: tq, Catalog: st.Tools})
 }
 
 // Start starts a stack. Close it when done.
@@ -257,17 +261,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if tq == "" {
 		tq = workflows.TaskQueue
 	}
-	// sagaclient reads the plan fingerprint memo with the default data
-	// converter: hand it memos decoded.
-	st.Plans = sagaclient.New(codec.DecodeMemos(st.Client, codec.New(st.Keyring)), sagaclient.Options{TaskQueue: tq, Catalog: st.Tools})
+	st.Plans = st.PlansOn(tq)
 	if o.NoWorker {
 		return st, nil
 	}
-	workerLedger := st.Ledger
-	if o.WrapLedger != nil {
-		workerLedger = o.WrapLedger(st.Ledger)
-	}
-	st.Worker, err = sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: st.Tools, Ledger: workerLedger, Logger: log, Operators: o.Operators, Worker: wopts})
+	st.Worker, err = sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: st.Tools, Ledger: st.Ledger, Logger: log, Operators: o.Operators, Worker: wopts})
 	if err != nil {
 		return nil, err
 	}
