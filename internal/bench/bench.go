@@ -24,7 +24,6 @@ import (
 	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
-	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -475,8 +474,7 @@ func (r *runner) startNoCommits() (stop func(), err error) {
 	if r.st.Ledger == nil {
 		return nil, errors.New("bench: CommitSplit needs the stack's ledger to wrap")
 	}
-	w, err := sagaworker.New(r.st.Client, sagaworker.Options{TaskQueue: NoCommitsTaskQueue, Tools: r.st.Tools,
-		Ledger: WithoutLedgerWrites(r.st.Ledger), Logger: r.o.Logger})
+	w, err := r.st.WorkerOn(NoCommitsTaskQueue, WithoutLedgerWrites(r.st.Ledger))
 	if err != nil {
 		return nil, fmt.Errorf("bench: the no-commits worker: %w", err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/plan"
-	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -26,7 +25,7 @@ func TestWithoutLedgerWritesRecordsNothing(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 	// The no-commits worker as bench.Run starts it for Options.CommitSplit.
-	w, err := sagaworker.New(st.Client, sagaworker.Options{TaskQueue: bench.NoCommitsTaskQueue, Tools: st.Tools, Ledger: bench.WithoutLedgerWrites(st.Ledger)})
+	w, err := st.WorkerOn(bench.NoCommitsTaskQueue, bench.WithoutLedgerWrites(st.Ledger))
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()

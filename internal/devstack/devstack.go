@@ -137,8 +137,20 @@ type Stack struct {
 	MetricsURL string
 
 	metrics *telemetry.Server
+	// workerOpts is what the stack's worker is made with, apart from its
+	// task queue and ledger (see WorkerOn).
+	workerOpts sagaworker.Options
 
 	tmp string
+}
+
+// WorkerOn returns a worker made as Stack.Worker is (the same tools,
+// logger, operators and SDK options) on task queue tq over ledger l, not
+// started: a measurement's own worker beside the stack's.
+func (st *Stack) WorkerOn(tq string, l ledger.Store) (worker.Worker, error) {
+	o := st.workerOpts
+	o.TaskQueue, o.Ledger = tq, l
+	return sagaworker.New(st.Client, o)
 }
 
 // PlansOn returns a planner's client like Stack.Plans that starts plans on
@@ -262,10 +274,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		tq = workflows.TaskQueue
 	}
 	st.Plans = st.PlansOn(tq)
+	st.workerOpts = sagaworker.Options{Tools: st.Tools, Logger: log, Operators: o.Operators, Worker: wopts}
 	if o.NoWorker {
 		return st, nil
 	}
-	st.Worker, err = sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: st.Tools, Ledger: st.Ledger, Logger: log, Operators: o.Operators, Worker: wopts})
+	st.Worker, err = st.WorkerOn(tq, st.Ledger)
 	if err != nil {
 		return nil, err
 	}
