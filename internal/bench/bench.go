@@ -15,9 +15,6 @@ import (
 
 	"github.com/google/pprof/profile"
 	"go.temporal.io/sdk/client"
-	"google.golang.org/protobuf/proto"
-
-	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/internal/devserver"
@@ -255,17 +252,6 @@ type Ratios struct {
 	P99        float64 `json:"p99"`
 	StartP50   float64 `json:"start_p50"`
 	StartP99   float64 `json:"start_p99"`
-}
-
-// History is what one finished plan wrote to its history.
-type History struct {
-	Shape         string  `json:"shape"`
-	Side          string  `json:"side"`
-	Steps         int     `json:"steps"`
-	Events        int     `json:"events"`
-	Bytes         int     `json:"bytes"`
-	EventsPerStep float64 `json:"events_per_step"`
-	BytesPerStep  float64 `json:"bytes_per_step"`
 }
 
 // Memory is the process's growth per plan waiting for a human. Method: run
@@ -750,33 +736,6 @@ func (r *runner) remember(steps int, agentsaga bool, run sagaclient.Run) {
 	}
 	r.last[fmt.Sprint(steps, agentsaga)] = run
 	r.all[agentsaga] = append(r.all[agentsaga], run)
-}
-
-// history reads the history of the last finished workflow of a side.
-func (r *runner) history(ctx context.Context, steps int, agentsaga bool) (History, error) {
-	r.mu.Lock()
-	run, ok := r.last[fmt.Sprint(steps, agentsaga)]
-	r.mu.Unlock()
-	sideName := "plain"
-	if agentsaga {
-		sideName = "agentsaga"
-	}
-	h := History{Shape: shapeName(steps), Side: sideName, Steps: steps}
-	if !ok {
-		return h, fmt.Errorf("bench: no finished %s workflow of shape %q to read", sideName, h.Shape)
-	}
-	it := r.st.Client.GetWorkflowHistory(ctx, run.WorkflowID, run.RunID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		e, err := it.Next()
-		if err != nil {
-			return h, fmt.Errorf("bench: read the history of %s: %w", run.WorkflowID, err)
-		}
-		h.Events++
-		h.Bytes += proto.Size(e)
-	}
-	h.EventsPerStep = round(float64(h.Events)/float64(steps), 2)
-	h.BytesPerStep = round(float64(h.Bytes)/float64(steps), 1)
-	return h, nil
 }
 
 // cpuTime is the process's user+system CPU time.

@@ -72,6 +72,12 @@ func TestRunProducesSaneNumbers(t *testing.T) {
 		require.GreaterOrEqual(t, h.Events, 2+3*h.Steps, "%s %s", h.Shape, h.Side)
 		require.Greater(t, h.Bytes, 100*h.Events/2)
 		require.InDelta(t, float64(h.Events)/float64(h.Steps), h.EventsPerStep, 0.01)
+		sum := 0
+		for _, n := range h.BytesByEvent {
+			sum += n
+		}
+		require.Equal(t, h.Bytes, sum, "%s %s: bytes by event type", h.Shape, h.Side)
+		require.Positive(t, h.BytesByEvent["ActivityTaskScheduled"], "%s %s", h.Shape, h.Side)
 	}
 	require.Len(t, rep.Tasks, 2)
 	for _, h := range rep.Tasks {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -160,6 +161,7 @@ func PrintTable(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "\nhistory per plan        %-10s %7s %8s %10s %10s\n", "side", "events", "bytes", "ev/step", "B/step")
 		for _, h := range rep.History {
 			fmt.Fprintf(w, "  %-21s %-10s %7d %8d %10.2f %10.1f\n", h.Shape, h.Side, h.Events, h.Bytes, h.EventsPerStep, h.BytesPerStep)
+			fmt.Fprintf(w, "  %-32s %s\n", "", byEvent(h.BytesByEvent))
 		}
 	}
 	for _, h := range rep.Tasks {
@@ -260,4 +262,20 @@ func printServerWork(w io.Writer, work []ServerWork) {
 			fmt.Fprintf(w, "  %-56s %10.2f %10.2f %+10.2f\n", k, s.Agentsaga[k], s.Plain[k], s.Extra[k])
 		}
 	}
+}
+
+// byEvent lists bytes by event type, largest first.
+func byEvent(m map[string]int) string {
+	types := slices.Collect(maps.Keys(m))
+	slices.SortFunc(types, func(a, b string) int {
+		if c := cmp.Compare(m[b], m[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(types))
+	for i, t := range types {
+		parts[i] = fmt.Sprintf("%s %d", t, m[t])
+	}
+	return strings.Join(parts, ", ")
 }
