@@ -67,28 +67,15 @@ func (r *runner) history(ctx context.Context, steps int, agentsaga bool) (Histor
 // returns their histories, agentsaga's then plain's for each shape. st must
 // have a worker.
 func MeasureHistories(ctx context.Context, st *devstack.Stack, shapes []int) ([]History, error) {
-	if st.Worker == nil {
-		return nil, errors.New("bench: the stack has no worker; start it without NoWorker")
-	}
-	pw, err := startPlainWorker(st.Client, st.SandboxURL)
+	r, shapes, stop, err := afterRunner(st, "history", shapes)
 	if err != nil {
 		return nil, err
 	}
-	defer pw.Stop()
-	o := Options{}
-	o.defaults()
-	if len(shapes) == 0 {
-		shapes = o.Shapes
-	}
-	r := &runner{st: st, o: o, tag: "history" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	defer stop()
 	var out []History
 	for _, steps := range shapes {
 		for _, agentsaga := range []bool{true, false} {
-			one := r.onePlain
-			if agentsaga {
-				one = r.onePlan
-			}
-			if _, _, err := one(ctx, steps); err != nil {
+			if _, _, err := r.oneOf(agentsaga)(ctx, steps); err != nil {
 				return nil, err
 			}
 			h, err := r.history(ctx, steps, agentsaga)
@@ -99,4 +86,32 @@ func MeasureHistories(ctx context.Context, st *devstack.Stack, shapes []int) ([]
 		}
 	}
 	return out, nil
+}
+
+// afterRunner starts the plain side's worker on st (which must have a worker
+// of its own) and returns a runner for plans run one at a time outside the
+// timed batches, tagged prefix, with shapes defaulted to Options.Shapes;
+// stop stops the plain worker.
+func afterRunner(st *devstack.Stack, prefix string, shapes []int) (r *runner, _ []int, stop func(), err error) {
+	if st.Worker == nil {
+		return nil, nil, nil, errors.New("bench: the stack has no worker; start it without NoWorker")
+	}
+	pw, err := startPlainWorker(st.Client, st.SandboxURL)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	o := Options{}
+	o.defaults()
+	if len(shapes) == 0 {
+		shapes = o.Shapes
+	}
+	return &runner{st: st, o: o, tag: prefix + strconv.FormatInt(time.Now().UnixNano(), 36)}, shapes, pw.Stop, nil
+}
+
+// oneOf is the runner's one-plan function of a side: onePlan or onePlain.
+func (r *runner) oneOf(agentsaga bool) func(context.Context, int) (time.Duration, time.Duration, error) {
+	if agentsaga {
+		return r.onePlan
+	}
+	return r.onePlain
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -127,23 +126,14 @@ func MeasureServerWork(ctx context.Context, st *devstack.Stack, plans int, shape
 	if st.Server == nil || st.Server.MetricsURL() == "" {
 		return nil, errors.New("bench: server work needs an embedded server serving its metrics; start the stack with ServerMetrics")
 	}
-	if st.Worker == nil {
-		return nil, errors.New("bench: the stack has no worker; start it without NoWorker")
-	}
 	if plans < 1 {
 		return nil, fmt.Errorf("bench: server work needs at least one plan per side, got %d", plans)
 	}
-	pw, err := startPlainWorker(st.Client, st.SandboxURL)
+	r, shapes, stop, err := afterRunner(st, "work", shapes)
 	if err != nil {
 		return nil, err
 	}
-	defer pw.Stop()
-	o := Options{}
-	o.defaults()
-	if len(shapes) == 0 {
-		shapes = o.Shapes
-	}
-	r := &runner{st: st, o: o, tag: "work" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	defer stop()
 	url := st.Server.MetricsURL()
 	var out []ServerWork
 	for _, steps := range shapes {
@@ -181,10 +171,7 @@ func keysOf(ms ...map[string]float64) map[string]bool {
 
 // serverWork runs one side's plans and returns the counts per plan.
 func (r *runner) serverWork(ctx context.Context, url string, steps, plans int, agentsaga bool) (map[string]float64, error) {
-	one := r.onePlain
-	if agentsaga {
-		one = r.onePlan
-	}
+	one := r.oneOf(agentsaga)
 	for range 2 { // warm-up, uncounted
 		if _, _, err := one(ctx, steps); err != nil {
 			return nil, err
