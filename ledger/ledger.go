@@ -195,6 +195,9 @@ type ClaimRequest struct {
 	// amount ("apply_refund order_id ord_1001 129.00 EUR"). Shown on other
 	// plans' approval cards.
 	Summary string
+	// LookOnly says the claimer only asks the provider (a reconcile) and
+	// sends nothing: the claim does not move Operation.SentAt.
+	LookOnly bool
 }
 
 // Claim is the answer to a ClaimRequest.
@@ -237,6 +240,12 @@ type Operation struct {
 	// settled it when ResolvedAt equals SettledAt.
 	UnknownAt time.Time `json:"unknown_at,omitzero"`
 	SettledAt time.Time `json:"settled_at,omitzero"`
+	// SentAt is the last time a claim let a call of this key go to the
+	// provider (verdict Execute, on the database's clock): the start of
+	// the in-flight horizon (tool.Spec.Horizon). A claim that must
+	// reconcile first does not move it. Zero for a row that never sent
+	// (held) or was written before the ledger kept it.
+	SentAt time.Time `json:"sent_at,omitzero"`
 }
 
 // Completion records what an attempt learned. Only the lease owner may

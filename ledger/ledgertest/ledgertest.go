@@ -150,6 +150,7 @@ func Run(t *testing.T, h Harness) {
 		{"UnknownReconcileFirst", testUnknown},
 		{"SameExecutorReconcileFirst", testSameExecutor},
 		{"PendingReleasesLease", testPending},
+		{"SentAtMarksOnlySends", testSentAt},
 		{"ConflictInEveryState", testConflictEveryState},
 		{"FinalStates", testFinalStates},
 		{"CompleteOnlyByLeaseOwner", testCompleteOwner},
@@ -515,6 +516,50 @@ func testPending(t *testing.T, h Harness) {
 	require.Equal(t, ledger.Execute, c.Verdict, "provably not sent: run again")
 	require.Equal(t, 2, c.Operation.AttemptCount)
 	require.Equal(t, "w2", c.Operation.LeaseOwner)
+}
+
+// testSentAt: SentAt, the start of the in-flight horizon, is the time of
+// the last claim that let a call go (Execute); a claim that must reconcile
+// first, or one that only looks (LookOnly), never moves it.
+func testSentAt(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	c := e.claim(req("k"))
+	require.Equal(t, ledger.Execute, c.Verdict)
+	sent := e.clock.Now()
+	require.True(t, sent.Equal(c.Operation.SentAt), "a fresh claim marks the send: got %s, want %s", c.Operation.SentAt, sent)
+	e.complete("k", "w1", ledger.Unknown, "")
+
+	e.clock.Advance(30 * time.Second)
+	r := req("k")
+	r.Executor = "w2"
+	c = e.claim(r)
+	require.Equal(t, ledger.ReconcileFirst, c.Verdict)
+	require.True(t, sent.Equal(c.Operation.SentAt), "reconcile first sends nothing: SentAt stays %s, got %s", sent, c.Operation.SentAt)
+	got, err := e.store.Get(e.ctx, "k")
+	require.NoError(t, err)
+	require.True(t, sent.Equal(got.SentAt), "Get reads SentAt back")
+
+	// Found absent past the horizon: pending, then a new send.
+	e.complete("k", "w2", ledger.Pending, "")
+	e.clock.Advance(10 * time.Second)
+	look := req("k")
+	look.Executor, look.LookOnly = "w3", true
+	c = e.claim(look)
+	require.Equal(t, ledger.Execute, c.Verdict)
+	require.True(t, sent.Equal(c.Operation.SentAt), "a claim that only looks sends nothing: SentAt stays %s, got %s", sent, c.Operation.SentAt)
+	e.complete("k", "w3", ledger.Pending, "")
+	e.clock.Advance(10 * time.Second)
+	r.Executor = "w4"
+	c = e.claim(r)
+	require.Equal(t, ledger.Execute, c.Verdict)
+	require.True(t, e.clock.Now().Equal(c.Operation.SentAt), "a send after pending moves SentAt to now")
+
+	// A fresh key claimed only to look has sent nothing.
+	fresh := req("k2")
+	fresh.LookOnly = true
+	c = e.claim(fresh)
+	require.Equal(t, ledger.Execute, c.Verdict)
+	require.True(t, c.Operation.SentAt.IsZero(), "a look-only claim of a fresh key has no send: got %s", c.Operation.SentAt)
 }
 
 // reach puts key into state st, reached the way a worker (or a human) would.

@@ -244,7 +244,7 @@ func flag(b bool) int {
 const columns = `operation_key, action_type, request_hash, status, attempt_count, version, external_id,
 	result_json, error_code, lease_owner, lease_until, workflow_id, run_id, request_id, guard_scope,
 	hold_reason, resolved_by, resolved_at, resolve_note, created_at, updated_at, completed_at, summary,
-	replay_count, unknown_at, settled_at`
+	replay_count, unknown_at, settled_at, sent_at`
 
 // active is the SQL condition of a row that still counts for guards.
 const active = `status NOT IN ('failed_final', 'compensated')`
@@ -302,15 +302,19 @@ func newQueries(expand func(string) string) queries {
 		exists: expand(`SELECT 1 FROM operations WHERE operation_key = ?`),
 		insert: expand(`INSERT INTO operations (operation_key, action_type, request_hash, status, attempt_count,
 			lease_owner, lease_until, workflow_id, run_id, request_id, guard_scope, guard_key, entity, args_hash,
-			hold_reason, created_at, updated_at, summary)
-			VALUES (?, ?, ?, ?, ?, ?, CASE WHEN ? = 1 THEN {now+} ELSE NULL END, ?, ?, ?, ?, ?, ?, ?, ?, {now}, {now}, ?)
+			hold_reason, created_at, updated_at, summary, sent_at)
+			VALUES (?, ?, ?, ?, ?, ?, CASE WHEN ? = 1 THEN {now+} ELSE NULL END, ?, ?, ?, ?, ?, ?, ?, ?, {now}, {now}, ?,
+			CASE WHEN ? = 1 THEN {now} ELSE NULL END)
 			ON CONFLICT (operation_key) DO NOTHING RETURNING ` + columns),
 		// claim is the conditional update: it takes the lease only if the
 		// row is still the version the verdict was decided on.
-		// A claim that must reconcile first marks the outcome unknown.
+		// A claim that must reconcile first marks the outcome unknown;
+		// one that lets a call go marks when it was sent (sent_at, the
+		// start of the in-flight horizon).
 		claim: expand(`UPDATE operations SET status = 'in_progress', attempt_count = attempt_count + ?,
 			version = version + 1, lease_owner = ?, lease_until = {now+}, workflow_id = ?, run_id = ?, request_id = ?,
-			updated_at = {now}, unknown_at = CASE WHEN ? = 1 AND unknown_at IS NULL THEN {now} ELSE unknown_at END
+			updated_at = {now}, unknown_at = CASE WHEN ? = 1 AND unknown_at IS NULL THEN {now} ELSE unknown_at END,
+			sent_at = CASE WHEN ? = 1 THEN sent_at ELSE {now} END
 			WHERE operation_key = ? AND version = ? RETURNING ` + columns),
 		// replayed counts a claim answered from the stored success.
 		replayed: expand(`UPDATE operations SET replay_count = replay_count + 1 WHERE operation_key = ? AND status = 'succeeded'`),
@@ -467,7 +471,7 @@ func (s *Store) insertRow(ctx context.Context, q queryer, req ledger.ClaimReques
 	op, err = s.writeRow(ctx, q, s.insertStmt, req.Key, req.Key, req.ActionType, req.RequestHash, string(f.status),
 		f.attempts, owner, flag(running), now, micros(req.Lease), req.WorkflowID, req.RunID, req.RequestID,
 		req.GuardScope, f.guardKey, req.Entity, argsHash(req.NormalizedArgs), cleanText(f.holdReason), now, now,
-		cleanText(redact.String(req.Summary)))
+		cleanText(redact.String(req.Summary)), flag(running && !req.LookOnly), now)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return op, false, nil // the key exists
@@ -731,7 +735,7 @@ func (s *Store) takeHeld(ctx context.Context, req ledger.ClaimRequest, op ledger
 func (s *Store) take(ctx context.Context, q queryer, req ledger.ClaimRequest, version int64, attempts int, unknown bool) (ledger.Operation, bool, error) {
 	now := s.nowArg()
 	got, err := s.writeRow(ctx, q, s.claimStmt, req.Key, attempts, req.Executor, now, micros(req.Lease),
-		req.WorkflowID, req.RunID, req.RequestID, now, flag(unknown), now, req.Key, version)
+		req.WorkflowID, req.RunID, req.RequestID, now, flag(unknown), now, flag(unknown || req.LookOnly), now, req.Key, version)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return got, false, nil
 	}
@@ -952,17 +956,17 @@ type scanner interface{ Scan(dest ...any) error }
 // ledger.ErrNotFound.
 func (s *Store) scan(r scanner, extra ...any) (ledger.Operation, int64, error) {
 	var (
-		op                                     ledger.Operation
-		status                                 string
-		version                                int64
-		result                                 sql.NullString
-		leaseUntil, resolved, created, updated dbTime
-		completed, unknownAt, settledAt        dbTime
+		op                                      ledger.Operation
+		status                                  string
+		version                                 int64
+		result                                  sql.NullString
+		leaseUntil, resolved, created, updated  dbTime
+		completed, unknownAt, settledAt, sentAt dbTime
 	)
 	dest := append([]any{&op.Key, &op.ActionType, &op.RequestHash, &status, &op.AttemptCount, &version, &op.ExternalID,
 		&result, &op.ErrorCode, &op.LeaseOwner, &leaseUntil, &op.WorkflowID, &op.RunID, &op.RequestID, &op.GuardScope,
 		&op.HoldReason, &op.ResolvedBy, &resolved, &op.ResolveNote, &created, &updated, &completed, &op.Summary,
-		&op.Replays, &unknownAt, &settledAt}, extra...)
+		&op.Replays, &unknownAt, &settledAt, &sentAt}, extra...)
 	err := r.Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return op, 0, ledger.ErrNotFound
@@ -976,6 +980,7 @@ func (s *Store) scan(r scanner, extra ...any) (ledger.Operation, int64, error) {
 	}
 	op.LeaseUntil, op.ResolvedAt, op.CreatedAt, op.UpdatedAt, op.CompletedAt, op.UnknownAt, op.SettledAt =
 		leaseUntil.Time, resolved.Time, created.Time, updated.Time, completed.Time, unknownAt.Time, settledAt.Time
+	op.SentAt = sentAt.Time
 	return op, version, nil
 }
 
