@@ -16,6 +16,7 @@
 //	request written (or partly written), then timeout,    tool.KindUnknown      no_response
 //	context deadline, connection reset or EOF, or the
 //	response body was lost
+//	any answer whose body is over MaxAnswerBytes          tool.KindUnknown      answer_too_large
 //	2xx                                                   success               -
 //	429 Too Many Requests                                 tool.KindThrottled    provider code or http_429
 //	5xx                                                   tool.KindUnavailable  provider code or http_5xx
@@ -83,8 +84,13 @@ var ConflictCodes = map[string]bool{CodeIdempotencyMismatch: true, "integration_
 // to park an activity for hours.
 const MaxRetryAfter = 5 * time.Minute
 
-// maxBody bounds how much of a response is read.
-const maxBody = 1 << 20
+// MaxAnswerBytes bounds how much of a response is read. A longer body is
+// not read whole, so it is no evidence of anything: the call's outcome is
+// tool.KindUnknown with code CodeTooLarge, whatever the status.
+const MaxAnswerBytes = 1 << 20
+
+// CodeTooLarge is the code of an answer over MaxAnswerBytes.
+const CodeTooLarge = "answer_too_large"
 
 // Client calls one provider. The zero value is not usable: set BaseURL.
 type Client struct {
@@ -262,10 +268,16 @@ func (c *Client) do(ctx context.Context, req Request) (json.RawMessage, error) {
 			fmt.Errorf("%s: the request left but no answer came back (%w): the outcome is unknown, reconcile by key before sending again", what, err))
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
 	if err != nil {
 		return nil, tool.Fail(tool.KindUnknown, "no_response",
 			fmt.Errorf("%s: the provider answered %d but the body was lost (%w): the outcome is unknown, reconcile by key", what, resp.StatusCode, err))
+	}
+	if len(raw) > MaxAnswerBytes {
+		// Only a whole answer is evidence: a cut one is neither a result,
+		// nor found, nor absent.
+		return nil, tool.Fail(tool.KindUnknown, CodeTooLarge,
+			fmt.Errorf("%s: the provider answered %d with a body over the limit of %d bytes, which was not read whole: the outcome is unknown, reconcile by key (or ask the provider for a smaller answer)", what, resp.StatusCode, MaxAnswerBytes))
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return raw, nil

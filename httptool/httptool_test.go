@@ -272,3 +272,29 @@ func TestProviderErrorTextIsMasked(t *testing.T) {
 		t.Errorf("message %q, want %q", se.Message, want)
 	}
 }
+
+// Only a whole answer is evidence: a body over MaxAnswerBytes is not read
+// whole, so a 2xx (a write's result, a lookup's item) and a 404 (an absent
+// lookup answer) alike are UNKNOWN, never a result and never a status.
+func TestAnswerOverTheLimitIsUnknown(t *testing.T) {
+	big := `{"id":"re_1","pad":"` + strings.Repeat("x", httptool.MaxAnswerBytes) + `"}`
+	for _, status := range []int{200, 201, 404, 503} {
+		srv := httptest.NewServer(answer(status, big))
+		_, err := httptool.New(srv.URL, nil).Raw(context.Background(), httptool.Request{Path: "/v1/refunds", Key: "k", Body: map[string]int{}})
+		srv.Close()
+		if tool.KindOf(err) != tool.KindUnknown || tool.CodeOf(err) != httptool.CodeTooLarge {
+			t.Fatalf("status %d over the limit: kind %s code %q (%v), want unknown %s", status, tool.KindOf(err), tool.CodeOf(err), err, httptool.CodeTooLarge)
+		}
+		if httptool.StatusOf(err) != 0 {
+			t.Fatalf("status %d over the limit carries status %d: a lookup would read it as found or absent", status, httptool.StatusOf(err))
+		}
+	}
+	// Exactly at the limit is whole.
+	at := `"` + strings.Repeat("y", httptool.MaxAnswerBytes-2) + `"`
+	srv := httptest.NewServer(answer(200, at))
+	defer srv.Close()
+	raw, err := httptool.New(srv.URL, nil).Raw(context.Background(), httptool.Request{Path: "/x"})
+	if err != nil || len(raw) != httptool.MaxAnswerBytes {
+		t.Fatalf("an answer of exactly the limit: %d bytes, %v", len(raw), err)
+	}
+}

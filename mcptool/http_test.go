@@ -165,3 +165,73 @@ func TestTemplateKeepsTypesAndDropsAbsentValues(t *testing.T) {
 		}
 	}
 }
+
+// bigServer answers "add" and "find" with structured content padded to
+// pad bytes, the id first.
+func bigServer(t *testing.T, pad int) *mcptool.Server {
+	t.Helper()
+	s := mcp.NewServer(&mcp.Implementation{Name: "big", Version: "1"}, nil)
+	type in struct {
+		Text string `json:"text"`
+		Key  string `json:"idempotency_key"`
+	}
+	type entry struct {
+		Key string `json:"key"`
+		Pad string `json:"pad"`
+	}
+	type found struct {
+		Pad     string  `json:"pad"`
+		Entries []entry `json:"entries"`
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "add"}, func(_ context.Context, _ *mcp.CallToolRequest, in in) (*mcp.CallToolResult, entry, error) {
+		return nil, entry{Key: in.Key, Pad: strings.Repeat("p", pad)}, nil
+	})
+	type findIn struct {
+		Key string `json:"key,omitempty"`
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "find"}, func(_ context.Context, _ *mcp.CallToolRequest, _ findIn) (*mcp.CallToolResult, found, error) {
+		// Nothing is found, but the answer is too long to keep whole: cut,
+		// its "entries" would read as missing, so empty, so absent.
+		return nil, found{Pad: strings.Repeat("q", pad), Entries: []entry{}}, nil
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: true}))
+	t.Cleanup(hs.Close)
+	srv := &mcptool.Server{Name: "big", URL: hs.URL}
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv
+}
+
+// Only a whole answer is evidence: a lookup answer over MaxAnswerBytes is
+// UNKNOWN (never absent, whatever its cut part holds), and a write's answer
+// over it keeps the effect's id when the id can be read from the answer, and
+// is UNKNOWN when what the engine needs of it (the id, Match's fields) is not
+// in the part it keeps.
+func TestAnswerOverTheLimitIsNoEvidence(t *testing.T) {
+	srv := bigServer(t, mcptool.MaxAnswerBytes+10)
+	lookup := &mcptool.Lookup{Upstream: "find", Found: mcptool.Test{NonEmpty: "/entries"}, Absent: mcptool.Test{Empty: "/entries"},
+		Authoritative: true, Item: "/entries/0", ExternalID: "/key"}
+	mk := func(match []tool.MatchField, id string) tool.Tool {
+		return mcptool.New(&mcptool.Tool{Def: tool.Spec{Name: "big_add", Class: tool.NonIdempotentWrite, Timeout: 10 * time.Second,
+			Args: strArgs("text"), Match: match}, Server: srv, Upstream: "add", KeyArg: "idempotency_key", ExternalID: id, Lookup: lookup})
+	}
+	ctx := context.Background()
+	look, err := mk(nil, "/key").(tool.CallReconciler).ReconcileCall(ctx, call("s:1:1:big_add", map[string]string{"text": "a"}))
+	if err != nil || look.Status != tool.Unknown {
+		t.Fatalf("an oversized lookup answer: %+v, %v; want unknown (never absent)", look, err)
+	}
+	res, err := mk(nil, "/key").Execute(ctx, call("s:1:2:big_add", map[string]string{"text": "a"}))
+	if err != nil || res.ExternalID != "s:1:2:big_add" {
+		t.Fatalf("an oversized write answer whose id is readable: %+v, %v; want its id", res, err)
+	}
+	if len(res.Data) > mcptool.MaxAnswerBytes {
+		t.Fatalf("the kept answer is %d bytes, over the limit", len(res.Data))
+	}
+	_, err = mk(nil, "/missing").Execute(ctx, call("s:1:3:big_add", map[string]string{"text": "a"}))
+	if tool.KindOf(err) != tool.KindUnknown || tool.CodeOf(err) != mcptool.CodeTooLarge {
+		t.Fatalf("an oversized write answer without its id: %v (kind %s); want unknown %s", err, tool.KindOf(err), mcptool.CodeTooLarge)
+	}
+	_, err = mk([]tool.MatchField{{Arg: "text", Result: "text"}}, "/key").Execute(ctx, call("s:1:4:big_add", map[string]string{"text": "a"}))
+	if tool.KindOf(err) != tool.KindUnknown {
+		t.Fatalf("an oversized write answer that Match must read: %v (kind %s); want unknown", err, tool.KindOf(err))
+	}
+}

@@ -144,17 +144,30 @@ func (t *Tool) Execute(ctx context.Context, call tool.Call) (tool.Result, error)
 	if err != nil {
 		return tool.Result{}, err
 	}
-	data := Data(res)
+	data, whole := answer(res)
 	if res.IsError {
 		return tool.Result{}, tool.Fail(tool.KindRejected, "upstream_error",
 			fmt.Errorf("%s: upstream tool %s on %s refused the call: %s", t.Def.Name, t.Upstream, t.Server.Name, clip(Text(res), 500)))
 	}
 	out := tool.Result{Data: data}
 	if t.ExternalID != "" {
-		out.ExternalID = pointerString(data, t.ExternalID)
+		// The id is read from the whole answer, which is in memory even
+		// when only its first MaxAnswerBytes are kept.
+		out.ExternalID = pointerString(full(res), t.ExternalID)
+	}
+	if !whole && ((t.ExternalID != "" && out.ExternalID == "") || len(t.Def.Match) > 0) {
+		// What the engine needs of the answer (the effect's id, the
+		// fields Match compares) is not in the part it keeps: the
+		// outcome is unknown and the lookup settles it.
+		return tool.Result{}, tool.Fail(tool.KindUnknown, CodeTooLarge,
+			fmt.Errorf("%s: upstream tool %s on %s answered with over %d bytes, which cannot be kept whole: the outcome is unknown, reconcile through the lookup", t.Def.Name, t.Upstream, t.Server.Name, MaxAnswerBytes))
 	}
 	return out, nil
 }
+
+// CodeTooLarge is the code of an upstream answer over MaxAnswerBytes that
+// the engine needed whole.
+const CodeTooLarge = "answer_too_large"
 
 // upstreamArgs builds the upstream's arguments for call, with the key.
 func (t *Tool) upstreamArgs(call tool.Call) (any, error) {
@@ -284,7 +297,12 @@ func (t *Tool) lookup(ctx context.Context, call tool.Call) (tool.Lookup, error) 
 	if err != nil {
 		return tool.Lookup{Status: tool.Unknown}, nil
 	}
-	data := Data(res)
+	data, whole := answer(res)
+	if !whole {
+		// Only a whole answer is evidence: every pointer into a cut one
+		// would read as missing, and missing as empty, so absent.
+		return tool.Lookup{Status: tool.Unknown}, nil
+	}
 	switch {
 	case l.Found.holds(res, data):
 		item := data
@@ -345,16 +363,36 @@ func empty(v any) bool {
 // when it has one, else {"text": ...} with its text content joined. It is
 // at most MaxAnswerBytes; a longer answer is cut to its text's first bytes.
 func Data(res *mcp.CallToolResult) json.RawMessage {
+	data, _ := answer(res)
+	return data
+}
+
+// answer is Data, and whether it is the whole answer (not cut to
+// MaxAnswerBytes).
+func answer(res *mcp.CallToolResult) (json.RawMessage, bool) {
 	if res.StructuredContent != nil {
 		if b, err := json.Marshal(res.StructuredContent); err == nil && len(b) <= MaxAnswerBytes {
-			return b
+			return b, true
 		}
 	}
 	text := Text(res)
+	whole := res.StructuredContent == nil
 	if len(text) > MaxAnswerBytes-64 {
-		text = text[:MaxAnswerBytes-64]
+		text, whole = text[:MaxAnswerBytes-64], false
 	}
 	b, _ := json.Marshal(map[string]string{"text": text})
+	return b, whole
+}
+
+// full is the answer as Data shapes it, without the limit: for reading an id
+// out of an answer too long to keep.
+func full(res *mcp.CallToolResult) json.RawMessage {
+	if res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil {
+			return b
+		}
+	}
+	b, _ := json.Marshal(map[string]string{"text": Text(res)})
 	return b
 }
 
