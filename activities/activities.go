@@ -154,6 +154,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	case ledger.NoPermit:
 		return Output{}, final(info.Attempt, ErrNoPermit, "key %s: the ledger refused permit %q (missing, for another key or request, or used already): %s; the tool was not called", req.Key, req.PermitID, claim.Reason)
 	case ledger.ReconcileFirst:
+		clock := since(op.UpdatedAt)
 		look, err := a.lookup(ctx, t, req)
 		switch {
 		case err == nil && look.Status == tool.Mismatch:
@@ -163,8 +164,23 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 		case err == nil && look.Status == tool.Found:
 			log.Info("reconciled: provider has the effect", "external_id", look.Result.ExternalID)
 			return a.complete(ctx, req, executor, ledger.Succeeded, look.Result, "", Output{Reconciled: true, Attempt: info.Attempt})
+		case err == nil && look.Status == tool.Absent && look.Authoritative && clock().Before(horizon(op, spec)):
+			// The provider has nothing yet, but the first request may
+			// still land: an absent answer counts only past the horizon.
+			until := horizon(op, spec)
+			log.Info("reconciled: absent, but the first request may still land", "until", until)
+			a.completeQuietly(ctx, req, executor, ledger.Unknown, CodeInFlight)
+			return Output{}, final(info.Attempt, ErrUnknown, "key %s: the provider has no effect yet, but the request sent at %s may still land until %s (settle %s + lag %s): nothing was sent again; the step is reconciled after then",
+				req.Key, sentAt(op).Format(time.RFC3339), until.Format(time.RFC3339), spec.SettleTime(), spec.Lag)
 		case err == nil && look.Status == tool.Absent && look.Authoritative:
-			log.Info("reconciled: provider has no effect, calling again with the same key")
+			log.Info("reconciled: provider has no effect past the in-flight horizon, calling again with the same key")
+			// A new send: record it as one (sent_at, a fresh lease), so
+			// the horizon of this request starts now.
+			again, err := a.sendAgain(ctx, info, req, spec, executor)
+			if err != nil {
+				return Output{}, err
+			}
+			executor = again
 		default:
 			cause := "the provider could not say"
 			if err != nil {
@@ -192,6 +208,57 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	log.Info("write failed", "kind", kind, "code", redact.String(tool.CodeOf(err)))
 	a.completeQuietly(ctx, req, executor, ledgerStatus(kind), string(kind)+":"+tool.CodeOf(err))
 	return Output{}, Classify(spec.Class, info.Attempt, err)
+}
+
+// CodeInFlight is the ledger error code of an absent lookup answer inside
+// the in-flight horizon: the first request may still land, so the outcome
+// stays unknown until the horizon is past.
+const CodeInFlight = "reconcile_in_flight"
+
+// sentAt is when op's last request was sent: its SentAt, or for a row the
+// ledger wrote before it kept one, its last update (never earlier than the
+// send).
+func sentAt(op ledger.Operation) time.Time {
+	if !op.SentAt.IsZero() {
+		return op.SentAt
+	}
+	return op.UpdatedAt
+}
+
+// horizon is when an absent lookup answer about op starts to count: its last
+// send plus the tool's settle time and lookup lag (tool.Spec.Horizon).
+func horizon(op ledger.Operation, spec tool.Spec) time.Time {
+	return sentAt(op).Add(spec.Horizon())
+}
+
+// since returns a clock that reads ledgerNow (the ledger's time when it
+// answered a claim) plus the time passed here since: it compares with the
+// ledger's SentAt without trusting this machine's clock to agree with the
+// database's.
+func since(ledgerNow time.Time) func() time.Time {
+	start := time.Now()
+	return func() time.Time { return ledgerNow.Add(time.Since(start)) }
+}
+
+// sendAgain records that the call held by executor is sent again after an
+// authoritative absent answer past the horizon: the row goes back to pending
+// and is claimed again, which marks the new send (ledger.Operation.SentAt)
+// under a fresh lease. It returns the new executor.
+func (a *Activities) sendAgain(ctx context.Context, info activity.Info, req Request, spec tool.Spec, executor string) (string, error) {
+	if _, err := a.Ledger.Complete(ctx, ledger.Completion{Key: req.Key, Executor: executor, Status: ledger.Pending, ErrorCode: "reconcile_absent"}); err != nil {
+		return "", retryable(info.Attempt, ErrLedger, "record %s as absent at the provider in the ledger: %v (nothing was sent; check the ledger database)", req.Key, err)
+	}
+	again := executor + "+send"
+	cr := a.claimRequest(info, req, spec, again)
+	claim, err := a.Ledger.Claim(ctx, cr)
+	if err != nil {
+		return "", retryable(info.Attempt, ErrLedger, "claim %s in the ledger to send it again: %v (nothing was sent; check the ledger database)", req.Key, err)
+	}
+	if claim.Verdict != ledger.Execute {
+		// Someone else took the row meanwhile: their call decides.
+		return "", retryable(info.Attempt, string(tool.KindInFlight), "key %s was taken by %s before it could be sent again (verdict %s); retry later", req.Key, claim.Operation.LeaseOwner, claim.Verdict)
+	}
+	return again, nil
 }
 
 // answerDifferences checks a provider's successful answer against the call:
@@ -395,7 +462,9 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		return maskLookup(look), nil
 	}
 	executor := executorOf(info, req.Key)
-	claim, err := a.Ledger.Claim(ctx, a.claimRequest(info, req, spec, executor))
+	cr := a.claimRequest(info, req, spec, executor)
+	cr.LookOnly = true
+	claim, err := a.Ledger.Claim(ctx, cr)
 	if err != nil {
 		return tool.Lookup{}, retryable(info.Attempt, ErrLedger, "claim %s in the ledger for reconcile: %v", req.Key, err)
 	}
@@ -432,6 +501,7 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		// here now.
 		return tool.Lookup{Status: tool.Unknown}, nil
 	}
+	clock := since(claim.Operation.UpdatedAt)
 	look, lerr := a.lookup(ctx, t, req)
 	st, code := ledger.Unknown, ""
 	switch {
@@ -441,6 +511,11 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		st = ledger.Succeeded
 	case look.Status == tool.Mismatch:
 		st, code = ledger.NeedsHuman, CodeReconcileMismatch
+	case look.Status == tool.Absent && look.Authoritative && claim.Verdict == ledger.ReconcileFirst && clock().Before(horizon(claim.Operation, spec)):
+		// An earlier request may still land (a pending row, whose last
+		// call provably did not reach the provider, has none in flight):
+		// absent settles nothing yet.
+		look.NotBefore, code = horizon(claim.Operation, spec), CodeInFlight
 	case look.Status == tool.Absent && look.Authoritative:
 		st = ledger.Pending
 	}

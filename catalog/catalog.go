@@ -287,8 +287,9 @@ func (b *builder) tool(path string, d toolDecl) *httpTool {
 			p.add(path+".lookup", "the tool declares no_lookup: remove one of them")
 		}
 		t.lookup = b.lookup(path+".lookup", *d.Lookup)
-		if t.lookup != nil && t.lookup.lag > 0 && s.Window() <= t.lookup.lag {
-			p.add(path+".reconcile_window", "%s is not longer than the lookup's lag %s: an absent answer could never settle", s.Window(), t.lookup.lag)
+		if t.lookup != nil {
+			t.spec.Lag = t.lookup.lag
+			b.horizon(path, t.spec)
 		}
 	} else if s.Class.IsWrite() && !d.NoLookup {
 		p.add(path+".lookup", "a write needs a lookup by key, or no_lookup: true so its unknown outcomes go to a human")

@@ -63,6 +63,9 @@
 //	                                     multiline, max_len, enum (values of an enum)
 //	approval                             always: true, or field + above_minor; window
 //	max_amount_minor, reconcile_window   as tool.Spec
+//	settle                               how long after a send the provider may still
+//	                                     commit (tool.Spec.Settle; at most MaxSettle);
+//	                                     default tool.DefaultSettle, MCPSettle for mcp tools
 //	guard                                scope, fields, hold, duplicate_window, form
 //	match                                arg, result (a key of response.keep), default, if_set
 //	compensator / reverses               the reversal's name on the original, and the
@@ -82,8 +85,21 @@
 //	                                     (default 200), item (pointer to the effect, such
 //	                                     as /tickets/0), external_id (default /id)},
 //	                                     absent {status, authoritative, authoritative_if
-//	                                     (pointer to a boolean)}, lag (must be shorter than
-//	                                     the reconcile window)
+//	                                     (pointer to a boolean)}, lag (how long a commit may
+//	                                     stay invisible to the lookup; at most MaxSettle)
+//
+// # The in-flight horizon
+//
+// After a write whose answer never came (a timeout, a connection lost after
+// sending, a killed worker, an MCP call the server may finish after the
+// client gave up), an absent lookup answer settles nothing until the first
+// request can no longer land: its last send + settle + lag. The engine
+// waits on a durable timer (named "in-flight horizon" in the UI) and looks
+// again; found is succeeded, absent past the horizon (and authoritative) is
+// sent again with the same key, anything else is reconciled until the window
+// closes and then asked of a person. A tool whose horizon is not shorter
+// than its reconcile window is refused at load. `starter tools probe`
+// measures lag and settle on a staging provider.
 //
 // A write must send its key (key.header, key.body_field or {key} in a
 // template) and declare a lookup or no_lookup. Pointers are RFC 6901. The
@@ -126,6 +142,7 @@
 //	        authoritative: true
 //	        item: ""                        # pointer to the effect (Match reads it)
 //	        external_id: ""
+//	        lag: 5s                         # how long a commit may stay invisible
 //
 // An answer's data is its structuredContent, or {"text": ...} when it has
 // none. A test (found, absent) holds when every key it sets holds: error

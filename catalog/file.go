@@ -84,6 +84,7 @@ type toolDecl struct {
 	Guard           *guardDecl    `yaml:"guard"`
 	Match           []matchDecl   `yaml:"match"`
 	ReconcileWindow string        `yaml:"reconcile_window"`
+	Settle          string        `yaml:"settle"`
 	Compensator     string        `yaml:"compensator"`
 	Reverses        string        `yaml:"reverses"`
 	NoLookup        bool          `yaml:"no_lookup"`

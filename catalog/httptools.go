@@ -257,6 +257,9 @@ func (b *builder) lookup(path string, d lookupDecl) *lookup {
 		p.add(path+".absent.authoritative_if", "is not a JSON pointer (RFC 6901)")
 	}
 	l.lag = duration(p, path+".lag", d.Lag, false)
+	if l.lag > MaxSettle {
+		p.add(path+".lag", "%s is longer than the limit %s: a lookup that lags this long cannot settle a step; declare no_lookup", l.lag, MaxSettle)
+	}
 	return l
 }
 

@@ -68,6 +68,7 @@ type mcpLookupDecl struct {
 	Authoritative bool        `yaml:"authoritative"`
 	Item          string      `yaml:"item"`
 	ExternalID    string      `yaml:"external_id"`
+	Lag           string      `yaml:"lag"`
 }
 
 type mcpTestDecl struct {
@@ -336,6 +337,10 @@ func (b *builder) mcpTool(path string, d toolDecl) *mcptool.Tool {
 		}
 		b.pointer(lp+".item", l.Item)
 		b.pointer(lp+".external_id", l.ExternalID)
+		if t.Def.Lag = duration(p, lp+".lag", l.Lag, false); t.Def.Lag > MaxSettle {
+			p.add(lp+".lag", "%s is longer than the limit %s: a lookup that lags this long cannot settle a step; declare no_lookup", t.Def.Lag, MaxSettle)
+		}
+		b.horizon(path, t.Def)
 		t.Lookup = lk
 	} else if s.Class.IsWrite() && !d.NoLookup {
 		p.add(path+".mcp.lookup", "a write needs a lookup through an upstream read tool, or no_lookup: true so its unknown outcomes go to a human")

@@ -232,6 +232,34 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
+// MaxSettle bounds a tool's settle time and its lookup's lag, each.
+const MaxSettle = time.Hour
+
+// MCPSettle is the settle time (tool.Spec.Settle) of an mcp tool that
+// declares none: MCP cancellation is advisory, so a server may finish a call
+// long after the client gave up. For a NON_IDEMPOTENT_WRITE four times its
+// timeout and at least a minute; for the other classes zero (the upstream
+// deduplicates by key or condition; see tool.DefaultSettle).
+func MCPSettle(c tool.Class, timeout time.Duration) time.Duration {
+	if c != tool.NonIdempotentWrite {
+		return 0
+	}
+	return max(4*timeout, time.Minute)
+}
+
+// horizon refuses a write whose in-flight horizon (settle + lag) is not
+// shorter than its reconcile window: an absent answer could never settle.
+func (b *builder) horizon(path string, s tool.Spec) {
+	if !s.Class.IsWrite() || s.NoLookup || s.Horizon() < s.Window() {
+		return
+	}
+	at := path + ".reconcile_window"
+	if s.ReconcileWindow == 0 {
+		at = path
+	}
+	b.p.add(at, "the reconcile window %s is not longer than the in-flight horizon, settle %s + lookup lag %s: an absent lookup answer could never settle; lengthen reconcile_window or shorten settle or lag", s.Window(), s.SettleTime(), s.Lag)
+}
+
 // spec builds the tool's spec from d, adding problems under path.
 func (b *builder) spec(path string, d toolDecl) tool.Spec {
 	p := b.p
@@ -247,6 +275,13 @@ func (b *builder) spec(path string, d toolDecl) tool.Spec {
 	}
 	s.Timeout = duration(p, path+".timeout", d.Timeout, true)
 	s.ReconcileWindow = duration(p, path+".reconcile_window", d.ReconcileWindow, false)
+	s.Settle = duration(p, path+".settle", d.Settle, false)
+	if s.Settle > MaxSettle {
+		p.add(path+".settle", "%s is longer than the limit %s: a request that can land this late needs a person, not a wait (declare no_lookup)", s.Settle, MaxSettle)
+	}
+	if s.Settle == 0 && d.MCP != nil {
+		s.Settle = MCPSettle(s.Class, s.Timeout)
+	}
 	if r := d.Retry; r != nil {
 		rp := tool.RetryPolicy{MaxAttempts: r.MaxAttempts, BackoffCoefficient: r.BackoffCoefficient,
 			InitialInterval: duration(p, path+".retry.initial_interval", r.InitialInterval, true),

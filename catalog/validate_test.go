@@ -278,7 +278,7 @@ tools:
 		"tools[1].request.key.body_field: the request has no body",
 		"tools[1].lookup.request: a lookup must ask by key",
 		"tools[1].lookup.absent: say how the provider answers an absent effect",
-		"tools[1].reconcile_window: 30s is not longer than the lookup's lag 1m0s",
+		"tools[1].reconcile_window: the reconcile window 30s is not longer than the in-flight horizon, settle 0s + lookup lag 1m0s",
 	)
 }
 

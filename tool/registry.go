@@ -81,6 +81,15 @@ func (r *Registry) check(t Tool) []string {
 			add("retry policy: %v", err)
 		}
 	}
+	if s.Settle < 0 {
+		add("declares a negative Settle %s: set how long after a send the provider may still commit, or 0 for the default", s.Settle)
+	}
+	if s.Lag < 0 {
+		add("declares a negative Lag %s: set how long a commit may stay invisible to the lookup, or 0", s.Lag)
+	}
+	if s.Class.IsWrite() && !s.NoLookup && s.Horizon() >= s.Window() {
+		add("its in-flight horizon (settle %s + lag %s) is not shorter than its reconcile window %s: an absent lookup answer could never settle; shorten Settle or Lag, or lengthen ReconcileWindow", s.SettleTime(), s.Lag, s.Window())
+	}
 	_, canLookup := t.(Reconciler)
 	if s.Class.IsWrite() && !canLookup && !s.NoLookup {
 		add("is a write without a Reconcile: implement tool.Reconciler or declare NoLookup so unknown outcomes go to a human")

@@ -45,6 +45,16 @@ type Spec struct {
 	// ReconcileWindow is how long an UNKNOWN outcome is reconciled before
 	// it becomes needs_human. Zero means DefaultReconcileWindow.
 	ReconcileWindow time.Duration `json:",omitzero"`
+	// Settle is how long after a request was sent the provider may still
+	// commit it: a request the client gave up on (a timeout, a lost
+	// connection, a killed worker, an MCP call whose cancellation the
+	// server ignored) can land this late. Zero means DefaultSettle(Class,
+	// Timeout); a negative value is refused. See Horizon.
+	Settle time.Duration `json:",omitzero"`
+	// Lag is how long an effect the provider committed may stay invisible
+	// to the tool's lookup (a search index, a replica). Zero means the
+	// lookup sees a commit at once. See Horizon.
+	Lag time.Duration `json:",omitzero"`
 	// Approval, when set, makes matching calls wait for an `approve` signal.
 	Approval *Approval `json:",omitzero"`
 	// MaxAmountMinor, when positive, is the ceiling of every money argument
@@ -85,6 +95,41 @@ func (s Spec) Window() time.Duration {
 	}
 	return DefaultReconcileWindow
 }
+
+// DefaultSettle is the settle time of a tool that declares none: for a
+// NON_IDEMPOTENT_WRITE twice its timeout and at least MinDefaultSettle (the
+// provider may still be working on a request the client gave up on, and a
+// second send would be a second effect); for the other writes zero, because
+// the provider deduplicates by key (IDEMPOTENT_WRITE) or by the condition
+// (CONDITIONAL_WRITE), so a second send with the same key cannot make a
+// second effect; for reads zero. Tools whose requests can land later (an MCP
+// upstream, whose cancellation is advisory) declare a longer Settle; the
+// catalogue does so for MCP tools (catalog.DefaultMCPSettle).
+func DefaultSettle(c Class, timeout time.Duration) time.Duration {
+	if c != NonIdempotentWrite {
+		return 0
+	}
+	return max(2*timeout, MinDefaultSettle)
+}
+
+// MinDefaultSettle is the least settle time DefaultSettle gives a
+// NON_IDEMPOTENT_WRITE.
+const MinDefaultSettle = 10 * time.Second
+
+// SettleTime returns the tool's settle time, defaulted (see Spec.Settle).
+func (s Spec) SettleTime() time.Duration {
+	if s.Settle > 0 {
+		return s.Settle
+	}
+	return DefaultSettle(s.Class, s.Timeout)
+}
+
+// Horizon is how long after its last send an absent lookup answer starts to
+// count: the first request can no longer land (SettleTime) and, had it
+// landed, the lookup would show it (Lag). Before last send + Horizon an
+// absent answer settles nothing; the engine waits on a durable timer and
+// looks again.
+func (s Spec) Horizon() time.Duration { return s.SettleTime() + s.Lag }
 
 // Guard is a business rule that keys alone cannot enforce: at most one active
 // effect per scope (for example one refund per order line), whoever asks.
@@ -164,6 +209,25 @@ type Lookup struct {
 	// that is not authoritative (a lagging search index) is treated as
 	// Unknown until the window closes.
 	Authoritative bool `json:"authoritative"`
+	// NotBefore, set by the engine (never by a tool) on an Absent answer
+	// about a key it sent, is the in-flight horizon (Spec.Horizon): until
+	// then the first request may still land, so the answer settles
+	// nothing; the workflow waits until NotBefore and looks again.
+	NotBefore time.Time `json:"not_before,omitzero"`
+}
+
+// Settles reports whether l settles a call: found, found with other
+// arguments, or absent on the provider's word and past the in-flight
+// horizon. A non-authoritative absent (a lagging index) or one inside the
+// horizon settles nothing.
+func (l Lookup) Settles() bool {
+	switch l.Status {
+	case Found, Mismatch:
+		return true
+	case Absent:
+		return l.Authoritative && l.NotBefore.IsZero()
+	}
+	return false
 }
 
 // Reconciler is implemented by every write that can look itself up by key.

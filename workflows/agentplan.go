@@ -512,7 +512,8 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 			return r.gaveUp(dctx, n, false)
 		}
 	}
-	calls := 0
+	calls, notSentCalls := 0, 0
+	var notSent time.Time
 	for {
 		if ctx.Err() != nil {
 			st.State, st.LastError = ledger.FailedFinal, "plan cancelled before this step was called"
@@ -570,6 +571,19 @@ func (r *run) runStep(ctx, dctx workflow.Context, n int) bool {
 			}
 			return false
 		}
+		if activities.ErrorType(err) == string(tool.KindNotSent) {
+			// Provably not sent (a refused connection, a DNS failure):
+			// the safest retry there is. Ride out a blip with backoff.
+			if notSent.IsZero() {
+				notSent = workflow.Now(dctx)
+			}
+			if wait, ok := r.rideOut(dctx, st.Key, notSent, &notSentCalls, activities.DetailOf(err).RetryAfter); ok {
+				_ = workflow.NewTimerWithOptions(dctx, wait,
+					workflow.TimerOptions{Summary: fmt.Sprintf("not sent: backoff %s before call %d", st.Key, calls+1)}).Get(dctx, nil)
+				calls--
+				continue
+			}
+		}
 		st.State = ledger.FailedFinal
 		if activities.ErrorType(err) == activities.ErrConflict {
 			// The row under this key is another request's (or holds a
@@ -611,6 +625,25 @@ func (r *run) gaveUp(dctx workflow.Context, n int, held bool) bool {
 		r.transition(dctx, st.Key, ledger.FailedFinal, "", from...)
 	}
 	return false
+}
+
+// NotSentRetryFor is how long a step whose calls are provably not sent (a
+// refused connection, a DNS failure: KindNotSent after the activity's own
+// retries) is called again with backoff before it fails, whatever its class:
+// a request that never left is the safest retry there is.
+const NotSentRetryFor = time.Minute
+
+// rideOut returns the wait before the next call of a step (or reversal) with
+// key whose calls have been provably not sent since first, and whether to
+// make it: while less than NotSentRetryFor has passed. calls counts the
+// waits so far.
+func (r *run) rideOut(ctx workflow.Context, key string, first time.Time, calls *int, retryAfter time.Duration) (time.Duration, bool) {
+	left := NotSentRetryFor - workflow.Now(ctx).Sub(first)
+	if left <= 0 || workflow.GetVersion(ctx, versionNotSentRidesOut, workflow.DefaultVersion, 1) != 1 {
+		return 0, false
+	}
+	*calls++
+	return min(r.backoff(key, *calls, retryAfter), max(left, time.Second)), true
 }
 
 // backoff is the wait before call number calls+1 of a step whose last call
@@ -671,8 +704,8 @@ func (r *run) settle(dctx workflow.Context, n int, spec tool.Spec, req activitie
 			r.succeeded(n, look.Result.ExternalID, look.Result.Data)
 			return OutcomeSucceeded, false
 		case ok && look.Status == tool.Mismatch:
-			rule = fmt.Sprintf("the provider holds an effect under key %s made with other arguments (%s): it is not this step's", st.Key, look.Result.ExternalID)
-			answers = []string{string(OutcomeFailed)}
+			rule = fmt.Sprintf("the provider holds an effect under key %s made with other arguments (%s): it is not this step's unless a person adopts it (succeeded with its external id and why)", st.Key, look.Result.ExternalID)
+			answers = r.mismatchAnswers(dctx)
 		case ok:
 			r.settled(dctx, since, "reconcile")
 			return OutcomeRetry, false // authoritative absent: the same key may be sent again
@@ -721,28 +754,48 @@ func retryStatus(spec tool.Spec) ledger.Status {
 func (r *run) reconcileUntil(ctx workflow.Context, spec tool.Spec, req activities.Request) (tool.Lookup, int, bool) {
 	deadline := workflow.Now(ctx).Add(spec.Window())
 	gap := firstReconcile
+	defer r.inFlight(req.Key, time.Time{})
 	for i := 1; ; i++ {
 		look, err := r.reconcile(ctx, req, i)
-		if err == nil && definite(look) {
+		if err == nil && look.Settles() {
 			return look, i, true
 		}
 		left := deadline.Sub(workflow.Now(ctx))
 		if left <= 0 {
 			return tool.Lookup{}, i, false
 		}
-		wait := workflow.NewTimerWithOptions(ctx, min(gap, left), workflow.TimerOptions{Summary: "reconcile " + req.Key + ": ask the provider again"})
+		next, summary := min(gap, left), "reconcile "+req.Key+": ask the provider again"
+		if err == nil && !look.NotBefore.IsZero() && workflow.GetVersion(ctx, versionInFlightHorizon, workflow.DefaultVersion, 1) == 1 {
+			// Absent, but the first request may still land: wait until
+			// it no longer can (a durable timer), then look again.
+			// Never past the window: then a person decides.
+			until := look.NotBefore.Sub(workflow.Now(ctx)) + time.Second
+			next = min(max(until, time.Second), left)
+			summary = fmt.Sprintf("in-flight horizon %s: the first request may land until %s; then ask the provider again",
+				req.Key, look.NotBefore.UTC().Format(time.RFC3339))
+			r.inFlight(req.Key, look.NotBefore)
+		} else {
+			gap = min(2*gap, maxReconcileGap)
+		}
+		wait := workflow.NewTimerWithOptions(ctx, next, workflow.TimerOptions{Summary: summary})
 		if err := wait.Get(ctx, nil); err != nil {
 			return tool.Lookup{}, i, false
 		}
-		gap = min(2*gap, maxReconcileGap)
 	}
 }
 
-// definite reports whether a lookup settles a step: found, found with other
-// arguments, or absent on the provider's word. A non-authoritative absent
-// (a lagging index) settles nothing.
-func definite(l tool.Lookup) bool {
-	return l.Status == tool.Found || l.Status == tool.Mismatch || (l.Status == tool.Absent && l.Authoritative)
+// inFlight shows on the step (or the reversal) with key until when its first
+// request may still land (StepStatus.InFlightUntil); a zero until clears it.
+func (r *run) inFlight(key string, until time.Time) {
+	for i := range r.st.Steps {
+		st := &r.st.Steps[i]
+		switch {
+		case st.Key == key:
+			st.InFlightUntil = until
+		case st.Compensation != nil && st.Compensation.Key == key:
+			st.Compensation.InFlightUntil = until
+		}
+	}
 }
 
 func (r *run) reconcile(ctx workflow.Context, req activities.Request, i int) (tool.Lookup, error) {
@@ -805,10 +858,27 @@ func (r *run) reconcileFailed(dctx workflow.Context, n int) {
 		if len(look.Differences) > 0 {
 			rule += ": " + strings.Join(look.Differences, "; ")
 		}
-		d := r.askResolve(dctx, n, QuestionOutcome, rule, []string{string(OutcomeFailed)})
+		d := r.askResolve(dctx, n, QuestionOutcome, rule, r.mismatchAnswers(dctx))
+		if d.Outcome == OutcomeSucceeded {
+			// Adopted: this step's effect after all, reversed with the rest.
+			r.record(dctx, st.Key, ledger.Succeeded, d)
+			r.succeeded(n, d.ExternalID, nil)
+			st.LastError = fmt.Sprintf("reported failed; %s adopted effect %s as this step's: %s", d.By, d.ExternalID, d.Note)
+			return
+		}
 		r.record(dctx, st.Key, ledger.FailedFinal, d)
 		st.State = ledger.FailedFinal
 	}
+}
+
+// mismatchAnswers are the answers of a question about an effect the
+// provider holds under a step's key made with other arguments: adopt it
+// (succeeded, naming it and why) or not (failed).
+func (r *run) mismatchAnswers(ctx workflow.Context) []string {
+	if workflow.GetVersion(ctx, versionAdoptMismatch, workflow.DefaultVersion, 1) == 1 {
+		return []string{string(OutcomeSucceeded), string(OutcomeFailed)}
+	}
+	return []string{string(OutcomeFailed)}
 }
 
 // compensate pops the whole saga stack (see unwind) and sets the plan's
@@ -863,17 +933,7 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	c := st.Compensation
 	st.State, c.State, c.LastError = ledger.Compensating, ledger.InProgress, ""
 	req := r.reversalRequest(n)
-	out, err := r.execute(dctx, cspec, req, &c.Attempts)
-	if err != nil && activities.IsUnknown(err) {
-		c.State, c.LastError = ledger.Unknown, errText(err)
-		look, _, ok := r.reconcileUntil(dctx, cspec, req)
-		switch {
-		case ok && look.Status == tool.Found:
-			out, err = activities.Output{ExternalID: look.Result.ExternalID}, nil
-		case ok && look.Status == tool.Absent:
-			out, err = r.execute(dctx, cspec, req, &c.Attempts) // provably not done: once more, same key
-		}
-	}
+	out, err := r.reverse(dctx, cspec, req, c)
 	if err != nil {
 		st.State, c.State, c.LastError = ledger.CompensationFailed, ledger.FailedFinal, errText(err)
 		r.revErr[n] = activities.ErrorType(err)
@@ -884,6 +944,70 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	st.State, c.State, c.ExternalID, c.LastError = ledger.Compensated, ledger.Succeeded, out.ExternalID, ""
 	r.transition(dctx, st.Key, ledger.Compensated, "")
 	return true
+}
+
+// reverse runs a reversal to an answer: on the forward path's schedule (a
+// call provably not done is made again with backoff and the provider's
+// Retry-After, up to maxCalls; one provably not sent rides out a blip for
+// NotSentRetryFor), an UNKNOWN one reconciled before anything is sent again.
+// Plans recorded before versionReversalRetries called once more at most.
+func (r *run) reverse(dctx workflow.Context, cspec tool.Spec, req activities.Request, c *Compensation) (activities.Output, error) {
+	retries := workflow.GetVersion(dctx, versionReversalRetries, workflow.DefaultVersion, 1) == 1
+	calls, notSentCalls := 0, 0
+	var notSent time.Time
+	for {
+		calls++
+		out, err := r.execute(dctx, cspec, req, &c.Attempts)
+		if err == nil || !retries {
+			if err != nil && activities.IsUnknown(err) {
+				return r.reverseOnce(dctx, cspec, req, c, err)
+			}
+			return out, err
+		}
+		wait := activities.DetailOf(err).RetryAfter
+		switch {
+		case activities.ErrorType(err) == string(tool.KindNotSent):
+			if notSent.IsZero() {
+				notSent = workflow.Now(dctx)
+			}
+			d, ok := r.rideOut(dctx, req.Key, notSent, &notSentCalls, wait)
+			if !ok {
+				return out, err
+			}
+			calls--
+			wait = d
+		case activities.IsUnknown(err):
+			c.State, c.LastError = ledger.Unknown, errText(err)
+			look, _, ok := r.reconcileUntil(dctx, cspec, req)
+			switch {
+			case ok && look.Status == tool.Found:
+				return activities.Output{ExternalID: look.Result.ExternalID}, nil
+			case !ok || look.Status != tool.Absent || calls >= maxCalls:
+				return out, err
+			}
+			// Provably not done: call again, same key, after a backoff.
+			wait = r.backoff(req.Key, calls, wait)
+		default:
+			return out, err
+		}
+		_ = workflow.NewTimerWithOptions(dctx, wait, workflow.TimerOptions{Summary: fmt.Sprintf("backoff reversal %s before call %d", req.Key, calls+1)}).Get(dctx, nil)
+		c.State = ledger.InProgress
+	}
+}
+
+// reverseOnce is the reversal path of plans recorded before
+// versionReversalRetries: reconcile an UNKNOWN reversal, and call once more
+// if the provider has nothing.
+func (r *run) reverseOnce(dctx workflow.Context, cspec tool.Spec, req activities.Request, c *Compensation, err error) (activities.Output, error) {
+	c.State, c.LastError = ledger.Unknown, errText(err)
+	look, _, ok := r.reconcileUntil(dctx, cspec, req)
+	switch {
+	case ok && look.Status == tool.Found:
+		return activities.Output{ExternalID: look.Result.ExternalID}, nil
+	case ok && look.Status == tool.Absent:
+		return r.execute(dctx, cspec, req, &c.Attempts) // provably not done: once more, same key
+	}
+	return activities.Output{}, err
 }
 
 // reversalRequest is the request of step n's reversal under its current key.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
+	"github.com/agentsaga/agentsaga/ledger/ledgersqlite"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/tool"
@@ -32,6 +33,8 @@ type harness struct {
 	acts   *activities.Activities
 	// operators, when set, makes the saga verify signed decisions.
 	operators workflows.Verifier
+	// current is the environment env made last (the ledger's clock).
+	current atomic.Pointer[testsuite.TestWorkflowEnvironment]
 }
 
 func newHarness(t *testing.T) *harness {
@@ -39,15 +42,30 @@ func newHarness(t *testing.T) *harness {
 	p := newProvider()
 	reg, err := tool.NewRegistry(tools(p)...)
 	require.NoError(t, err)
-	store, err := ledgerdb.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "ledger.db"))
+	h := &harness{t: t, p: p, reg: reg}
+	// The ledger's clock is the test environment's: the in-flight horizon
+	// (ledger.Operation.SentAt + settle) passes as the workflow's timers
+	// skip time, as it would on a real server in real time.
+	store, err := ledgersqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), ledgersqlite.WithClock(h.now))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	return &harness{t: t, p: p, ledger: store, reg: reg}
+	h.ledger = store
+	return h
+}
+
+// now is the current test environment's time, or the wall clock before
+// one exists.
+func (h *harness) now() time.Time {
+	if env := h.current.Load(); env != nil {
+		return env.Now()
+	}
+	return time.Now()
 }
 
 func (h *harness) env() *testsuite.TestWorkflowEnvironment {
 	h.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := h.NewTestWorkflowEnvironment()
+	h.current.Store(env)
 	h.acts = &activities.Activities{Tools: h.reg, Ledger: h.ledger}
 	sagaworker.Register(env, &workflows.Saga{Specs: h.reg.Specs(), Operators: h.operators}, h.acts)
 	return env

@@ -211,6 +211,9 @@ func (r *run) details(ctx workflow.Context) {
 		if s.Waiting != "" {
 			fmt.Fprintf(&b, " · waiting for %s", s.Waiting)
 		}
+		if !s.InFlightUntil.IsZero() {
+			fmt.Fprintf(&b, " · waiting until %s: its request may still land at the provider, then it is looked up again", s.InFlightUntil.UTC().Format("15:04:05Z"))
+		}
 		if c := s.Compensation; c != nil {
 			fmt.Fprintf(&b, " · reversal %s %s", c.Tool, c.State)
 			if c.ExternalID != "" {

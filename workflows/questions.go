@@ -96,6 +96,22 @@ const (
 	// it names the question. (Update validators always apply them: they
 	// are not replayed.)
 	versionDecisionRules = "decision-rules-v2"
+	// versionInFlightHorizon: an absent lookup answer inside the in-flight
+	// horizon (tool.Lookup.NotBefore) is waited out on a timer before the
+	// provider is asked again.
+	versionInFlightHorizon = "in-flight-horizon"
+	// versionAdoptMismatch: a question about an effect found under the
+	// key with other arguments offers succeeded (adopt it, naming its
+	// external id), not only failed.
+	versionAdoptMismatch = "adopt-mismatch"
+	// versionNotSentRidesOut: a call that was provably not sent after its
+	// retries (a refused connection, a DNS failure) is called again with
+	// backoff for NotSentRetryFor before the step fails.
+	versionNotSentRidesOut = "not-sent-rides-out"
+	// versionReversalRetries: a reversal that ends provably not done is
+	// called again on the forward path's schedule (backoff, Retry-After,
+	// maxCalls) before a person is asked.
+	versionReversalRetries = "reversal-retries"
 )
 
 // withdrawnPrefix starts the error of a step whose approval was withdrawn.
@@ -694,8 +710,13 @@ func (r *run) checkSucceeded(ctx workflow.Context, q *question, d *Decision) err
 	switch {
 	case err != nil:
 		return refused("the provider could not be asked whether %s happened (%s): try again, or resolve failed/retry", q.Key, errText(err))
+	case look.Status == tool.Mismatch && contains(q.Answers, string(OutcomeSucceeded)) && d.ExternalID == look.Result.ExternalID && strings.TrimSpace(d.Note) != "":
+		// A person adopts the effect the lookup found: they name it and
+		// say why it is this step's (recorded with who, in the audit).
+		d.Adopted = true
+		return nil
 	case look.Status == tool.Mismatch:
-		return refused("the provider holds an effect under %s made with other arguments (%s): it is not this step's; resolve failed or retry", q.Key, look.Result.ExternalID)
+		return refused("the provider holds an effect under %s made with other arguments (%s, differences: %s): to adopt it as this step's, resolve succeeded with --external-id %s and a note saying why; otherwise resolve failed or retry", q.Key, look.Result.ExternalID, strings.Join(look.Differences, "; "), look.Result.ExternalID)
 	case look.Status != tool.Found:
 		return refused("the provider has no effect under %s (%s): %s cannot look itself up as succeeded; resolve failed or retry", q.Key, look.Status, q.Key)
 	case d.ExternalID != "" && d.ExternalID != look.Result.ExternalID:
@@ -850,6 +871,9 @@ func (r *run) audit(ctx workflow.Context, key string, d Decision, q *Question) {
 	}
 	if d.Assertion {
 		rec.Note = strings.TrimSpace("(assertion: the tool cannot look itself up) " + rec.Note)
+	}
+	if d.Adopted {
+		rec.Note = strings.TrimSpace("(adopted: an effect made with other arguments, named by its external id) " + rec.Note)
 	}
 	if q != nil {
 		rec.Card, _ = json.Marshal(q.Card)

@@ -218,6 +218,10 @@ type Decision struct {
 	// Assertion: a person's "succeeded" for a tool that cannot look
 	// itself up, recorded as that person's word (not checked).
 	Assertion bool `json:"assertion,omitempty"`
+	// Adopted: a person's "succeeded" that adopts an effect the provider
+	// holds under the key but made with other arguments (a Mismatch),
+	// naming its external id and why it is this step's.
+	Adopted bool `json:"adopted,omitempty"`
 	// Refused says why the signal was not accepted, for example a stale
 	// fingerprint. Empty for accepted decisions.
 	Refused string `json:"refused,omitempty"`
@@ -234,6 +238,8 @@ type Compensation struct {
 	Attempts   int           `json:"attempts"`
 	ExternalID string        `json:"external_id,omitempty"`
 	LastError  string        `json:"last_error,omitempty"`
+	// InFlightUntil is StepStatus.InFlightUntil for the reversal.
+	InFlightUntil time.Time `json:"in_flight_until,omitzero"`
 }
 
 // StepStatus is the state of one step, as the `status` query returns it.
@@ -253,9 +259,13 @@ type StepStatus struct {
 	LastError   string          `json:"last_error,omitempty"`
 	ErrorCode   string          `json:"error_code,omitempty"`
 	// Waiting says what the step waits for: "approval" or "resolve".
-	Waiting      string        `json:"waiting,omitempty"`
-	Decisions    []Decision    `json:"decisions,omitempty"`
-	Compensation *Compensation `json:"compensation,omitempty"`
+	Waiting string `json:"waiting,omitempty"`
+	// InFlightUntil, while set, is the in-flight horizon the step waits
+	// out: its last request may still land at the provider until then, so
+	// an absent lookup answer settles nothing before it.
+	InFlightUntil time.Time     `json:"in_flight_until,omitzero"`
+	Decisions     []Decision    `json:"decisions,omitempty"`
+	Compensation  *Compensation `json:"compensation,omitempty"`
 }
 
 // Status is the answer of the `status` query and the workflow's result.

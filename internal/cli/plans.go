@@ -307,8 +307,14 @@ func printStatus(out io.Writer, st workflows.Status, asJSON bool, at time.Time) 
 		if s.Compensation != nil {
 			comp = strings.TrimSpace(fmt.Sprintf("%s %s", s.Compensation.State, s.Compensation.ExternalID))
 		}
+		waiting := s.Waiting
+		if !s.InFlightUntil.IsZero() {
+			// The in-flight horizon: an absent lookup answer counts only
+			// after it.
+			waiting = strings.TrimSpace(waiting + " in-flight until " + s.InFlightUntil.UTC().Format(time.RFC3339))
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.Step, safe(s.Key), safe(string(s.Class)), safe(string(s.State)), s.Attempts,
-			safe(s.ExternalID), safe(s.Waiting), safe(comp), safe(s.LastError))
+			safe(s.ExternalID), safe(waiting), safe(comp), safe(s.LastError))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
