@@ -710,13 +710,14 @@ func (r *run) checkSucceeded(ctx workflow.Context, q *question, d *Decision) err
 	switch {
 	case err != nil:
 		return refused("the provider could not be asked whether %s happened (%s): try again, or resolve failed/retry", q.Key, errText(err))
-	case look.Status == tool.Mismatch && contains(q.Answers, string(OutcomeSucceeded)) && d.ExternalID == look.Result.ExternalID && strings.TrimSpace(d.Note) != "":
-		// A person adopts the effect the lookup found: they name it and
-		// say why it is this step's (recorded with who, in the audit).
+	case look.Status == tool.Mismatch && contains(q.Answers, string(OutcomeSucceeded)) && d.ExternalID != "" && strings.TrimSpace(d.Note) != "":
+		// The lookup cannot tell this step's effect (its filter found
+		// another's): a person who found it names it and says why. It
+		// is their word, recorded with who (Adopted, in the audit).
 		d.Adopted = true
 		return nil
 	case look.Status == tool.Mismatch:
-		return refused("the provider holds an effect under %s made with other arguments (%s, differences: %s): to adopt it as this step's, resolve succeeded with --external-id %s and a note saying why; otherwise resolve failed or retry", q.Key, look.Result.ExternalID, strings.Join(look.Differences, "; "), look.Result.ExternalID)
+		return refused("the provider's lookup under %s finds an effect made with other arguments (%s, differences: %s): to record this step's effect, resolve succeeded with --external-id (the id you found at the provider) and a note saying why it is this step's; otherwise resolve failed", q.Key, look.Result.ExternalID, strings.Join(look.Differences, "; "))
 	case look.Status != tool.Found:
 		return refused("the provider has no effect under %s (%s): %s cannot look itself up as succeeded; resolve failed or retry", q.Key, look.Status, q.Key)
 	case d.ExternalID != "" && d.ExternalID != look.Result.ExternalID:
