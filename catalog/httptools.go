@@ -322,7 +322,7 @@ func (t *httpTool) Execute(ctx context.Context, call tool.Call) (tool.Result, er
 			rev.OriginalExternalID = id
 		}
 	}
-	raw, err := t.send(ctx, t.req, en, call.Key)
+	raw, err := t.send(ctx, t.req, en, call.Key, t.spec.Class.IsWrite())
 	if err != nil {
 		return tool.Result{}, err
 	}
@@ -380,11 +380,13 @@ type exchangeKey struct{}
 
 // send sends r rendered in en. Failures are *tool.Error of the catalogue's
 // mapping.
-func (t *httpTool) send(ctx context.Context, r request, en *env, key string) (json.RawMessage, error) {
+// A write never follows a redirect (httptool).
+func (t *httpTool) send(ctx context.Context, r request, en *env, key string, write bool) (json.RawMessage, error) {
 	hr, ex, err := t.build(r, en, key)
 	if err != nil {
 		return nil, err
 	}
+	hr.Write = write
 	raw, err := t.client().Raw(context.WithValue(ctx, exchangeKey{}, ex), hr)
 	if err != nil {
 		return nil, t.remap(err, ex)
@@ -599,9 +601,12 @@ func (t *httpTool) reconcile(ctx context.Context, key string) (tool.Lookup, erro
 
 // transport adds a system's headers and a request's wire settings, and
 // records the status and Retry-After. It never resends: httptool gives the
-// request no GetBody.
+// request no GetBody. The system's headers (its credentials) and the
+// request's own go only to the base URL's origin: a redirect to another
+// host, port or scheme (a pre-signed storage URL, a CDN) gets none of them.
 type transport struct {
 	base    http.RoundTripper
+	origin  string // the system's base URL
 	headers http.Header
 }
 
@@ -609,11 +614,18 @@ type transport struct {
 func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := req.Clone(req.Context())
 	r.Body, r.GetBody, r.ContentLength = req.Body, nil, req.ContentLength
-	for k, vs := range tr.headers {
-		r.Header[k] = append([]string(nil), vs...)
+	home := httptool.SameOrigin(tr.origin, r.URL)
+	if home {
+		for k, vs := range tr.headers {
+			r.Header[k] = append([]string(nil), vs...)
+		}
+	} else {
+		// The URL it came from (a lookup's query holds the key) is the
+		// origin's business.
+		r.Header.Del("Referer")
 	}
 	ex, _ := req.Context().Value(exchangeKey{}).(*exchange)
-	if ex != nil {
+	if ex != nil && home {
 		if ex.keyHeader != "" && ex.keyHeader != httptool.KeyHeader {
 			// httptool writes the key under the lower-case name.
 			r.Header.Del(httptool.KeyHeader)
