@@ -402,6 +402,14 @@ func (t *httpTool) build(r request, en *env, key string) (httptool.Request, *exc
 	if !ok {
 		return httptool.Request{}, nil, notBuilt("the request path needs an argument the call leaves out")
 	}
+	for _, seg := range strings.Split(path, "/") {
+		// The plan's validation refuses such an argument already
+		// (tool.Field.PathSegment); this also holds for what it does not
+		// see, such as a provider's id in a reversal's path.
+		if tool.DotSegment(seg) {
+			return httptool.Request{}, nil, notBuilt(`the request path would hold a dot segment ("." or "..", also percent-encoded), which leaves its segment at a provider that normalises paths: send the object's id itself`)
+		}
+	}
 	q := url.Values{}
 	for _, k := range sortedKeys(r.query) {
 		if v, ok := en.render(r.query[k], nil); ok {
