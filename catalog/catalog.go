@@ -287,7 +287,7 @@ func (b *builder) tool(path string, d toolDecl) *httpTool {
 		}
 	}
 	t.resp = b.response(path+".response", d.Response, s.Class.IsWrite())
-	t.errs = b.errorRules(path+".errors", d.Errors)
+	t.errs = b.errorRules(path+".errors", d.Errors, s.Class.IsWrite())
 	if d.Lookup != nil {
 		if !s.Class.IsWrite() {
 			p.add(path+".lookup", "a READ tool has nothing to look up: remove it")

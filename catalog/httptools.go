@@ -182,7 +182,15 @@ func (b *builder) response(path string, d responseDecl, write bool) response {
 	return r
 }
 
-func (b *builder) errorRules(path string, d *errorsDecl) errorRules {
+// final reports whether an outcome ends a call for good (no retry, no
+// lookup).
+func final(k tool.Kind) bool { return k == tool.KindRejected || k == tool.KindConflict }
+
+// errorRules reads a tool's error rules. For a write, a rule may make final
+// (rejected, conflict) only a 4xx other than 408 that it names: a 5xx or a
+// timeout may come after the provider acted, and a 3xx to a write is
+// UNKNOWN (httptool), so the engine must look it up, never give up on it.
+func (b *builder) errorRules(path string, d *errorsDecl, write bool) errorRules {
 	e := errorRules{code: "/error/code"}
 	if d == nil {
 		return e
@@ -204,10 +212,20 @@ func (b *builder) errorRules(path string, d *errorsDecl) errorRules {
 		}
 		if len(r.Status) == 0 && len(r.Codes) == 0 {
 			b.p.add(rp, "name the statuses, the codes or both that the rule matches")
+		} else if ok && write && final(k) && len(r.Status) == 0 {
+			b.p.add(rp+".status", "is missing: a codes-only rule matches every status, a 5xx or a timeout too, and outcome %s would make a write that may have happened final without a lookup; name the 4xx statuses it covers, such as [400, 422]", r.Outcome)
 		}
 		for j, s := range r.Status {
-			if s < 400 || s > 599 {
-				b.p.add(fmt.Sprintf("%s.status[%d]", rp, j), "%d is not an error status (400 to 599)", s)
+			sp := fmt.Sprintf("%s.status[%d]", rp, j)
+			switch {
+			case s >= 300 && s <= 399:
+				b.p.add(sp, "%d is a redirect, not an error status (400 to 599): a write answered 3xx is UNKNOWN and looked up, a read's redirect is followed", s)
+			case s < 400 || s > 599:
+				b.p.add(sp, "%d is not an error status (400 to 599)", s)
+			case ok && write && final(k) && s >= 500:
+				b.p.add(sp, "%d with outcome %s would make a write's 5xx final: the provider may have acted before it failed, so a 5xx must stay unknown or retryable (use unavailable) and be looked up", s, r.Outcome)
+			case ok && write && final(k) && s == http.StatusRequestTimeout:
+				b.p.add(sp, "408 with outcome %s would make a write's timeout final: the provider may have acted, so a timeout must stay unknown or retryable (use unavailable) and be looked up", r.Outcome)
 			}
 		}
 		e.rules = append(e.rules, rule{status: r.Status, codes: r.Codes, kind: k})
