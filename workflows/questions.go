@@ -96,6 +96,11 @@ const (
 	// it names the question. (Update validators always apply them: they
 	// are not replayed.)
 	versionDecisionRules = "decision-rules-v2"
+	// versionIdentitySkeleton: four eyes compares the requester and the
+	// approver by their Unicode TS #39 skeleton (operators.SameIdentity:
+	// NFKC, case folding, confusables), so ａｌｉｃｅ and аlice are alice.
+	// (Update validators always do: they are not replayed.)
+	versionIdentitySkeleton = "identity-skeleton"
 )
 
 // withdrawnPrefix starts the error of a step whose approval was withdrawn.
@@ -582,7 +587,7 @@ func (r *run) approveTarget(ctx workflow.Context, a ApproveSignal, validating bo
 	if a.Approved && q.Card.Clash != "" && !a.Override {
 		return nil, false, refused("the card of question %s shows a clash (%s): approve with override to let it through, or reject", q.ID, q.Card.Clash)
 	}
-	if a.Approved && r.requester(a.By, strict) {
+	if a.Approved && r.requester(ctx, a.By, strict, validating) {
 		return nil, false, refused("%s requested this plan and cannot approve it (four eyes): another operator must decide", a.By)
 	}
 	verified, err := r.identify(ctx, a.By, SignalApprove, a.RunID, a.SentAt, a.SigningBytes(r.st.WorkflowID), a.Signature, validating)
@@ -592,12 +597,19 @@ func (r *run) approveTarget(ctx workflow.Context, a ApproveSignal, validating bo
 	return q, verified, nil
 }
 
-// requester reports whether by is who requested the plan (four eyes):
-// strict, in one normal form (operators.SameIdentity); otherwise as plans
-// that took a decision before versionDecisionRules compared.
-func (r *run) requester(by string, strict bool) bool {
-	if strict {
+// requester reports whether by is who requested the plan (four eyes): by
+// skeleton (operators.SameIdentity) under versionIdentitySkeleton; strict,
+// in one normal form (operators.SameCanonical); otherwise as plans that took
+// a decision before versionDecisionRules compared.
+func (r *run) requester(ctx workflow.Context, by string, strict, validating bool) bool {
+	if r.plan.RequestedBy == "" {
+		return false
+	}
+	if validating || workflow.GetVersion(ctx, versionIdentitySkeleton, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
 		return operators.SameIdentity(by, r.plan.RequestedBy)
+	}
+	if strict {
+		return operators.SameCanonical(by, r.plan.RequestedBy)
 	}
 	return r.plan.RequestedBy != "" && strings.EqualFold(strings.TrimSpace(by), strings.TrimSpace(r.plan.RequestedBy))
 }
