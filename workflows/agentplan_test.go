@@ -32,6 +32,8 @@ type harness struct {
 	acts   *activities.Activities
 	// operators, when set, makes the saga verify signed decisions.
 	operators workflows.Verifier
+	// refused, when set, is the saga's Refused.
+	refused func(ledger.DecisionRecord)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -49,7 +51,7 @@ func (h *harness) env() *testsuite.TestWorkflowEnvironment {
 	h.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := h.NewTestWorkflowEnvironment()
 	h.acts = &activities.Activities{Tools: h.reg, Ledger: h.ledger}
-	sagaworker.Register(env, &workflows.Saga{Specs: h.reg.Specs(), Operators: h.operators}, h.acts)
+	sagaworker.Register(env, &workflows.Saga{Specs: h.reg.Specs(), Operators: h.operators, Refused: h.refused}, h.acts)
 	return env
 }
 

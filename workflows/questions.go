@@ -129,7 +129,11 @@ func (r *run) register(ctx workflow.Context) error {
 				if err != nil {
 					return err
 				}
-				return r.checkApprove(ctx, a, true)
+				if err := r.checkApprove(ctx, a, true); err != nil {
+					r.refusedUpdate(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
+					return err
+				}
+				return nil
 			},
 			Description: "Approve or reject the open approval question of a step.",
 		})
@@ -150,7 +154,11 @@ func (r *run) register(ctx workflow.Context) error {
 				if err != nil {
 					return err
 				}
-				return r.checkResolve(ctx, d, true)
+				if err := r.checkResolve(ctx, d, true); err != nil {
+					r.refusedUpdate(ctx, SignalResolve, d.Step, d.QuestionID, d.By, d.SentAt, d.Note, err)
+					return err
+				}
+				return nil
 			},
 			Description: "Say what happened to a step whose outcome is open, or to its failed reversal.",
 		})
@@ -767,6 +775,23 @@ func (r *run) refuse(ctx workflow.Context, kind string, step int, qid, by string
 	st := r.step(step)
 	st.Decisions = append(st.Decisions, d)
 	r.audit(ctx, st.Key, d, nil)
+}
+
+// refusedUpdate tells Saga.Refused of a decision Update its validator
+// refused, clipped and masked as refuse records a signal. It issues no
+// command and changes no state: validators are not replayed.
+func (r *run) refusedUpdate(ctx workflow.Context, kind string, step int, qid, by string, sentAt time.Time, note string, why error) {
+	if r.saga == nil || r.saga.Refused == nil {
+		return
+	}
+	rec := ledger.DecisionRecord{QuestionID: clip(printable(qid), MaxQuestionIDLen), WorkflowID: r.st.WorkflowID, Kind: "refused",
+		By: clip(printable(by), MaxByLen), SentAt: sentAt, AppliedAt: workflow.Now(ctx),
+		Note:    clip(redact.String(strings.TrimSpace("("+kind+" Update) "+note)), MaxRefusedNoteLen),
+		Refused: clip(redact.String(why.Error()), MaxRefusedReasonLen)}
+	if step >= 1 && step <= len(r.st.Steps) {
+		rec.Key = r.st.Steps[step-1].Key
+	}
+	r.saga.Refused(rec)
 }
 
 // printable masks secrets and replaces control characters, for text a
