@@ -236,6 +236,11 @@ type headerTransport struct {
 
 func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if !httptool.SameOrigin(h.origin, r.URL) {
+		// Nor the URL it came from, which may hold a token in its query.
+		if r.Header.Get("Referer") != "" {
+			r = r.Clone(r.Context())
+			r.Header.Del("Referer")
+		}
 		return h.base.RoundTrip(r)
 	}
 	r = r.Clone(r.Context())
