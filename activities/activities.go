@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
@@ -106,7 +107,7 @@ func (a *Activities) ExecuteTool(ctx context.Context, req Request) (Output, erro
 	}
 	spec := specOf(t, req)
 	call := tool.Call{Key: req.Key, Args: req.Args, Attempt: info.Attempt}
-	log := a.log().With("key", req.Key, "tool", req.Tool, "attempt", info.Attempt)
+	log := a.log().With("key", plan.KeyID(req.Key), "tool", req.Tool, "attempt", info.Attempt)
 
 	if spec.Approval.Required(req.Args) && req.PermitID == "" {
 		// Defense in depth: the workflow asks first; a call that needs a
@@ -385,7 +386,7 @@ func (a *Activities) complete(ctx context.Context, req Request, executor string,
 		ExternalID: res.ExternalID, Result: storedResult(result), ErrorCode: code,
 	})
 	if err != nil {
-		a.log().Warn("ledger complete failed; retrying without the result", "key", req.Key, "status", st, "external_id", res.ExternalID, "err", redact.String(err.Error()))
+		a.log().Warn("ledger complete failed; retrying without the result", "key", plan.KeyID(req.Key), "status", st, "external_id", res.ExternalID, "err", redact.String(err.Error()))
 		var err2 error
 		op, err2 = a.Ledger.Complete(ctx, ledger.Completion{Key: req.Key, Executor: executor, Status: st, ExternalID: res.ExternalID})
 		if err2 != nil {
@@ -434,7 +435,7 @@ func (a *Activities) completeQuietly(ctx context.Context, req Request, executor 
 	code = redact.String(code)
 	if _, err := a.Ledger.Complete(ctx, ledger.Completion{Key: req.Key, Executor: executor, Status: st, ErrorCode: code}); err != nil {
 		// The lease expires and the next claimer reconciles first.
-		a.log().Warn("ledger complete failed", "key", req.Key, "status", st, "err", redact.String(err.Error()))
+		a.log().Warn("ledger complete failed", "key", plan.KeyID(req.Key), "status", st, "err", redact.String(err.Error()))
 	}
 }
 
@@ -492,7 +493,7 @@ func (a *Activities) ReconcileTool(ctx context.Context, req Request) (tool.Looku
 		if look.Status == tool.Mismatch && claim.Operation.Status == ledger.FailedFinal {
 			if _, terr := a.Ledger.Transition(ctx, ledger.Transition{Key: req.Key, From: []ledger.Status{ledger.FailedFinal},
 				Status: ledger.NeedsHuman, ErrorCode: CodeReconcileMismatch}); terr != nil {
-				a.log().Warn("ledger transition to needs_human failed", "key", req.Key, "err", terr)
+				a.log().Warn("ledger transition to needs_human failed", "key", plan.KeyID(req.Key), "err", terr)
 			}
 		}
 		return maskLookup(look), nil
@@ -544,7 +545,7 @@ func (a *Activities) LookupTool(ctx context.Context, req Request) (tool.Lookup, 
 	}
 	look, err := a.lookup(ctx, t, req)
 	if err != nil {
-		a.log().Info("lookup failed", "key", req.Key, "tool", req.Tool, "err", redact.String(err.Error()))
+		a.log().Info("lookup failed", "key", plan.KeyID(req.Key), "tool", req.Tool, "err", redact.String(err.Error()))
 		return tool.Lookup{Status: tool.Unknown}, nil
 	}
 	return maskLookup(look), nil

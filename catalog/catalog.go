@@ -277,8 +277,17 @@ func (b *builder) tool(path string, d toolDecl) *httpTool {
 	}
 	scope := b.links(path, d, s)
 	t.req = b.request(path+".request", d.Request, scope, s.Class.IsWrite(), true)
+	// An argument that fills a path segment is refused at plan validation
+	// when it is a dot segment (tool.DotSegment).
+	for _, ref := range t.req.path.refs() {
+		for i := range t.spec.Args.Fields {
+			if t.spec.Args.Fields[i].Name == ref {
+				t.spec.Args.Fields[i].PathSegment = true
+			}
+		}
+	}
 	t.resp = b.response(path+".response", d.Response, s.Class.IsWrite())
-	t.errs = b.errorRules(path+".errors", d.Errors)
+	t.errs = b.errorRules(path+".errors", d.Errors, s.Class.IsWrite())
 	if d.Lookup != nil {
 		if !s.Class.IsWrite() {
 			p.add(path+".lookup", "a READ tool has nothing to look up: remove it")

@@ -80,7 +80,10 @@
 //	                                     /error/code), rules [{status, codes, outcome}]:
 //	                                     the first matching rule names the outcome
 //	                                     (rejected, conflict, throttled, unavailable,
-//	                                     in_flight); without one httptool's table holds
+//	                                     in_flight); without one httptool's table holds;
+//	                                     a write's rule with a final outcome (rejected,
+//	                                     conflict) names its 4xx statuses: never a 5xx,
+//	                                     408 or 3xx (the provider may have acted)
 //	lookup                               request (GET, must use {key}), found {status
 //	                                     (default 200), item (pointer to the effect, such
 //	                                     as /tickets/0), external_id (default /id)},

@@ -182,7 +182,15 @@ func (b *builder) response(path string, d responseDecl, write bool) response {
 	return r
 }
 
-func (b *builder) errorRules(path string, d *errorsDecl) errorRules {
+// final reports whether an outcome ends a call for good (no retry, no
+// lookup).
+func final(k tool.Kind) bool { return k == tool.KindRejected || k == tool.KindConflict }
+
+// errorRules reads a tool's error rules. For a write, a rule may make final
+// (rejected, conflict) only a 4xx other than 408 that it names: a 5xx or a
+// timeout may come after the provider acted, and a 3xx to a write is
+// UNKNOWN (httptool), so the engine must look it up, never give up on it.
+func (b *builder) errorRules(path string, d *errorsDecl, write bool) errorRules {
 	e := errorRules{code: "/error/code"}
 	if d == nil {
 		return e
@@ -204,10 +212,20 @@ func (b *builder) errorRules(path string, d *errorsDecl) errorRules {
 		}
 		if len(r.Status) == 0 && len(r.Codes) == 0 {
 			b.p.add(rp, "name the statuses, the codes or both that the rule matches")
+		} else if ok && write && final(k) && len(r.Status) == 0 {
+			b.p.add(rp+".status", "is missing: a codes-only rule matches every status, a 5xx or a timeout too, and outcome %s would make a write that may have happened final without a lookup; name the 4xx statuses it covers, such as [400, 422]", r.Outcome)
 		}
 		for j, s := range r.Status {
-			if s < 400 || s > 599 {
-				b.p.add(fmt.Sprintf("%s.status[%d]", rp, j), "%d is not an error status (400 to 599)", s)
+			sp := fmt.Sprintf("%s.status[%d]", rp, j)
+			switch {
+			case s >= 300 && s <= 399:
+				b.p.add(sp, "%d is a redirect, not an error status (400 to 599): a write answered 3xx is UNKNOWN and looked up, a read's redirect is followed", s)
+			case s < 400 || s > 599:
+				b.p.add(sp, "%d is not an error status (400 to 599)", s)
+			case ok && write && final(k) && s >= 500:
+				b.p.add(sp, "%d with outcome %s would make a write's 5xx final: the provider may have acted before it failed, so a 5xx must stay unknown or retryable (use unavailable) and be looked up", s, r.Outcome)
+			case ok && write && final(k) && s == http.StatusRequestTimeout:
+				b.p.add(sp, "408 with outcome %s would make a write's timeout final: the provider may have acted, so a timeout must stay unknown or retryable (use unavailable) and be looked up", r.Outcome)
 			}
 		}
 		e.rules = append(e.rules, rule{status: r.Status, codes: r.Codes, kind: k})
@@ -325,7 +343,7 @@ func (t *httpTool) Execute(ctx context.Context, call tool.Call) (tool.Result, er
 			rev.OriginalExternalID = id
 		}
 	}
-	raw, err := t.send(ctx, t.req, en, call.Key)
+	raw, err := t.send(ctx, t.req, en, call.Key, t.spec.Class.IsWrite())
 	if err != nil {
 		return tool.Result{}, err
 	}
@@ -383,11 +401,13 @@ type exchangeKey struct{}
 
 // send sends r rendered in en. Failures are *tool.Error of the catalogue's
 // mapping.
-func (t *httpTool) send(ctx context.Context, r request, en *env, key string) (json.RawMessage, error) {
+// A write never follows a redirect (httptool).
+func (t *httpTool) send(ctx context.Context, r request, en *env, key string, write bool) (json.RawMessage, error) {
 	hr, ex, err := t.build(r, en, key)
 	if err != nil {
 		return nil, err
 	}
+	hr.Write = write
 	raw, err := t.client().Raw(context.WithValue(ctx, exchangeKey{}, ex), hr)
 	if err != nil {
 		return nil, t.remap(err, ex)
@@ -402,6 +422,14 @@ func (t *httpTool) build(r request, en *env, key string) (httptool.Request, *exc
 	path, ok := en.render(r.path, pathEscape)
 	if !ok {
 		return httptool.Request{}, nil, notBuilt("the request path needs an argument the call leaves out")
+	}
+	for _, seg := range strings.Split(path, "/") {
+		// The plan's validation refuses such an argument already
+		// (tool.Field.PathSegment); this also holds for what it does not
+		// see, such as a provider's id in a reversal's path.
+		if tool.DotSegment(seg) {
+			return httptool.Request{}, nil, notBuilt(`the request path would hold a dot segment ("." or "..", also percent-encoded), which leaves its segment at a provider that normalises paths: send the object's id itself`)
+		}
 	}
 	q := url.Values{}
 	for _, k := range sortedKeys(r.query) {
@@ -602,9 +630,12 @@ func (t *httpTool) reconcile(ctx context.Context, key string) (tool.Lookup, erro
 
 // transport adds a system's headers and a request's wire settings, and
 // records the status and Retry-After. It never resends: httptool gives the
-// request no GetBody.
+// request no GetBody. The system's headers (its credentials) and the
+// request's own go only to the base URL's origin: a redirect to another
+// host, port or scheme (a pre-signed storage URL, a CDN) gets none of them.
 type transport struct {
 	base    http.RoundTripper
+	origin  string // the system's base URL
 	headers http.Header
 }
 
@@ -612,11 +643,18 @@ type transport struct {
 func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := req.Clone(req.Context())
 	r.Body, r.GetBody, r.ContentLength = req.Body, nil, req.ContentLength
-	for k, vs := range tr.headers {
-		r.Header[k] = append([]string(nil), vs...)
+	home := httptool.SameOrigin(tr.origin, r.URL)
+	if home {
+		for k, vs := range tr.headers {
+			r.Header[k] = append([]string(nil), vs...)
+		}
+	} else {
+		// The URL it came from (a lookup's query holds the key) is the
+		// origin's business.
+		r.Header.Del("Referer")
 	}
 	ex, _ := req.Context().Value(exchangeKey{}).(*exchange)
-	if ex != nil {
+	if ex != nil && home {
 		if ex.keyHeader != "" && ex.keyHeader != httptool.KeyHeader {
 			// httptool writes the key under the lower-case name.
 			r.Header.Del(httptool.KeyHeader)

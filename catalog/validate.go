@@ -184,7 +184,7 @@ func (b *builder) system(i int, d systemDecl) {
 		s.headers.Add(h.Name, v)
 	}
 	s.client = b.httpClient(pool)
-	s.client.Transport = &transport{base: s.client.Transport, headers: s.headers}
+	s.client.Transport = &transport{base: s.client.Transport, origin: s.baseURL, headers: s.headers}
 }
 
 func (b *builder) httpClient(pool *x509.CertPool) *http.Client {

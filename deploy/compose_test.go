@@ -157,6 +157,26 @@ func TestComposeSecurityShape(t *testing.T) {
 	}
 }
 
+// Issue 35, item 9: the UI's every write action is off, each by its own
+// switch as well as the global one (a terminate skips the saga's
+// reversals), and the UI fetches no news feed from outside.
+func TestComposeUIIsReadOnlyAndQuiet(t *testing.T) {
+	ui := mustLoad(t).Services["temporal-ui"].Environment
+	for _, k := range []string{
+		"TEMPORAL_DISABLE_WRITE_ACTIONS", "TEMPORAL_WORKFLOW_TERMINATE_DISABLED", "TEMPORAL_WORKFLOW_RESET_DISABLED",
+		"TEMPORAL_WORKFLOW_SIGNAL_DISABLED", "TEMPORAL_WORKFLOW_UPDATE_DISABLED", "TEMPORAL_WORKFLOW_CANCEL_DISABLED",
+		"TEMPORAL_WORKFLOW_PAUSE_DISABLED", "TEMPORAL_START_WORKFLOW_DISABLED", "TEMPORAL_BATCH_ACTIONS_DISABLED",
+		"TEMPORAL_ACTIVITY_COMMANDS_DISABLED", "TEMPORAL_DISABLE_NEWS_FETCH",
+	} {
+		if v := ui[k]; v == nil || *v != "true" {
+			t.Errorf("temporal-ui must run with %s=true (ui-server v2.54.1, config/docker.yaml)", k)
+		}
+	}
+	if v := ui["TEMPORAL_FEEDBACK_URL"]; v != nil && *v != "" {
+		t.Errorf("temporal-ui sets TEMPORAL_FEEDBACK_URL=%q: leave the link to the UI's default", *v)
+	}
+}
+
 func TestComposeWorkerEnvironment(t *testing.T) {
 	p := mustLoad(t)
 	env := p.Services["worker"].Environment

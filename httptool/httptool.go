@@ -18,6 +18,7 @@
 //	response body was lost
 //	any answer whose body is over MaxAnswerBytes          tool.KindUnknown      answer_too_large
 //	2xx                                                   success               -
+//	3xx to a write (never followed, see Redirects)        tool.KindUnknown      redirected
 //	429 Too Many Requests                                 tool.KindThrottled    provider code or http_429
 //	5xx                                                   tool.KindUnavailable  provider code or http_5xx
 //	409 Conflict                                          tool.KindInFlight     provider code or in_flight
@@ -46,6 +47,16 @@
 // names case-insensitively) so that a request without a body is not resent
 // either: every attempt reaches the wire at most once, and retries are the
 // workflow's decision alone.
+//
+// # Redirects
+//
+// A write never follows a redirect: net/http would turn a 301, 302 or 303
+// into a GET and hand back that GET's answer as the write's result, and
+// would resend a bodiless write on a 307. The provider may have acted
+// before it answered 3xx, so a 3xx to a write is tool.KindUnknown (code
+// "redirected"): the engine reconciles by key. A read follows redirects as
+// net/http does; credentials a transport adds belong to the base URL's
+// origin only (Origin, SameOrigin), never to the host a redirect names.
 package httptool
 
 import (
@@ -55,8 +66,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,6 +137,62 @@ type Request struct {
 	Body any
 	// Header holds further headers, sent as given (a signature, say).
 	Header http.Header
+	// Write marks a request that changes something at the provider: it
+	// never follows a redirect, and a 3xx answer is tool.KindUnknown. A
+	// method other than GET or HEAD is a write whatever Write says.
+	Write bool
+}
+
+// IsWrite reports whether r is treated as a write: Write is set or its
+// method is neither GET nor HEAD.
+func (r Request) IsWrite() bool {
+	m := r.method()
+	return r.Write || (m != http.MethodGet && m != http.MethodHead)
+}
+
+// Origin returns u's origin as RFC 6454 names it: lower-case scheme and host
+// and the port, the scheme's default when u names none, such as
+// "https://api.example.com:443".
+func Origin(u *url.URL) string {
+	scheme, host, port := strings.ToLower(u.Scheme), strings.ToLower(u.Hostname()), u.Port()
+	if port == "" {
+		switch scheme {
+		case "http":
+			port = "80"
+		case "https":
+			port = "443"
+		}
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// SameOrigin reports whether u has the origin of base (an absolute URL, such
+// as a system's base URL). A transport that adds credentials adds them only
+// when it does: a redirect to another host, port or scheme gets none.
+func SameOrigin(base string, u *url.URL) bool {
+	b, err := url.Parse(base)
+	return err == nil && u != nil && b.Host != "" && Origin(b) == Origin(u)
+}
+
+// maxRedirects bounds the redirects a read follows, as net/http does.
+const maxRedirects = 10
+
+// checkRedirect is the redirect policy of one request: a write stops at the
+// first 3xx (its answer is returned as is); a read follows at most
+// maxRedirects, then what the client's own policy allows.
+func checkRedirect(write bool, next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(r *http.Request, via []*http.Request) error {
+		if write || (via[0].Method != http.MethodGet && via[0].Method != http.MethodHead) {
+			return http.ErrUseLastResponse
+		}
+		if next != nil {
+			return next(r, via)
+		}
+		if len(via) >= maxRedirects {
+			return fmt.Errorf("stopped after %d redirects", maxRedirects)
+		}
+		return nil
+	}
 }
 
 // StatusError is a provider's answer other than 2xx.
@@ -251,10 +320,12 @@ func (c *Client) do(ctx context.Context, req Request) (json.RawMessage, error) {
 		// answer, and that resend would be a call the saga never sees.
 		hreq.Header[strings.ToLower(KeyHeader)] = []string{req.Key}
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
+	hc := http.Client{}
+	if c.HTTP != nil {
+		hc = *c.HTTP
 	}
+	write := req.IsWrite()
+	hc.CheckRedirect = checkRedirect(write, hc.CheckRedirect)
 	resp, err := hc.Do(hreq)
 	mu.Lock()
 	left := wrote
@@ -281,6 +352,10 @@ func (c *Client) do(ctx context.Context, req Request) (json.RawMessage, error) {
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return raw, nil
+	}
+	if write && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return nil, tool.Fail(tool.KindUnknown, "redirected",
+			fmt.Errorf("%s: the provider answered %d (a redirect) to a write, which is never followed: the provider may have acted, so the outcome is unknown, reconcile by key", what, resp.StatusCode))
 	}
 	err = classify(what, resp.StatusCode, raw)
 	var te *tool.Error

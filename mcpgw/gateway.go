@@ -106,6 +106,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -757,7 +758,8 @@ func clipText(s string) string { return tool.Clip(s, 120) }
 
 // failure answers a call whose turn was refused or not answered.
 func (g *gateway) failure(out Result, err error) *mcp.CallToolResult {
-	g.log.Warn("mcp: call not answered", "tool", out.Tool, "session", out.Session, "turn", out.Turn, "key", out.Key, "refused", refused(err), "error", err)
+	g.log.Warn("mcp: call not answered", "tool", out.Tool, "session", out.Session, "turn", redact.Counter(out.Turn), "key", plan.KeyID(out.Key),
+		"refused", refused(err), "error", redact.Identifier{Text: err.Error(), Counters: []int64{int64(out.Turn)}})
 	if refused(err) {
 		text := refusalText(err)
 		if strings.Contains(text, blockedByQuestion) {

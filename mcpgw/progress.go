@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -127,7 +128,7 @@ func (g *gateway) await(ctx context.Context, lk *sessionLock, session string, tu
 			if ctx.Err() != nil {
 				break
 			}
-			g.log.Warn("mcp: a call kept open for a person could not read its turn; it reads again", "session", session, "turn", turn, "error", err)
+			g.log.Warn("mcp: a call kept open for a person could not read its turn; it reads again", "session", session, "turn", redact.Counter(turn), "error", redact.Identifier{Text: err.Error(), Counters: []int64{int64(turn)}})
 			continue
 		}
 		res = r

@@ -156,7 +156,9 @@ func refusal(out Result, msg string) *mcp.CallToolResult {
 // structuredContent, the session, turn and key in _meta. Failed turns are
 // errors; waiting and running ones are not (they say what to do next).
 func render(out Result) *mcp.CallToolResult {
-	out.Message = redact.String(out.Message)
+	// The turn is the engine's counter, never a card number: the model
+	// reads it whole (and the key that holds it) to resend the call.
+	out.Message = redact.StringKeeping(out.Message, int64(out.Turn))
 	r := &mcp.CallToolResult{
 		Content:           []mcp.Content{&mcp.TextContent{Text: out.Message}},
 		StructuredContent: out,

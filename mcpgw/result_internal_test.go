@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -35,5 +37,18 @@ func TestWaitingTextTellsTheTruth(t *testing.T) {
 				t.Errorf("%s (clash %q): %q says %q", c.kind, c.clash, got, n)
 			}
 		}
+	}
+}
+
+// The turn and key the model reads are whole even when the turn passes the
+// Luhn check (a keyed turn has 13 digits: one in ten does); customer text in
+// the same message stays masked.
+func TestRenderKeepsALuhnValidTurnWhole(t *testing.T) {
+	out := Result{Tool: "send_email", Session: "s1", Turn: 1099511640121, Key: "s1:1099511640121:1:send_email", ExternalID: "4111 1111 1111 1111"}
+	r := render(fill(out, workflows.TurnResult{State: workflows.TurnSucceeded}))
+	got := r.Content[0].(*mcp.TextContent).Text
+	want := "send_email succeeded (turn 1099511640121, operation key s1:1099511640121:1:send_email, external id [redacted card ending 1111])."
+	if got != want {
+		t.Fatalf("the model reads %q, want %q", got, want)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentsaga/agentsaga/httptool"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
@@ -147,7 +148,7 @@ func (s *Server) transport() (mcp.Transport, error) {
 				base = http.DefaultTransport
 			}
 			c := *hc
-			c.Transport = headerTransport{base: base, header: s.Header}
+			c.Transport = headerTransport{base: base, origin: s.URL, header: s.Header}
 			hc = &c
 		}
 		// Over HTTP the call has left once its POST was written: the
@@ -160,6 +161,25 @@ func (s *Server) transport() (mcp.Transport, error) {
 		}
 		c := *hc
 		c.Transport = wireCounter{base: base, s: s}
+		// A POST (a call) never follows a redirect: a 301/302/303 would
+		// become a GET whose answer stands for the call's. The SDK gets the
+		// 3xx as a failed POST: UNKNOWN once it was written, and the
+		// engine reconciles. A GET (the event stream) follows redirects
+		// without the Header, which headerTransport keeps to the URL's
+		// origin.
+		next := c.CheckRedirect
+		c.CheckRedirect = func(r *http.Request, via []*http.Request) error {
+			if via[0].Method != http.MethodGet {
+				return http.ErrUseLastResponse
+			}
+			if next != nil {
+				return next(r, via)
+			}
+			if len(via) >= 10 {
+				return errors.New("stopped after 10 redirects")
+			}
+			return nil
+		}
 		inner = &mcp.StreamableClientTransport{Endpoint: s.URL, HTTPClient: &c}
 	default:
 		return nil, fmt.Errorf("mcp server %s: neither a command nor a URL: set one", s.Name)
@@ -205,12 +225,24 @@ func baseEnv() []string {
 	return out
 }
 
+// headerTransport adds a server's Header (its credentials) to requests for
+// the origin of its URL only: a redirect to another host, port or scheme
+// gets none of them.
 type headerTransport struct {
 	base   http.RoundTripper
+	origin string
 	header http.Header
 }
 
 func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !httptool.SameOrigin(h.origin, r.URL) {
+		// Nor the URL it came from, which may hold a token in its query.
+		if r.Header.Get("Referer") != "" {
+			r = r.Clone(r.Context())
+			r.Header.Del("Referer")
+		}
+		return h.base.RoundTrip(r)
+	}
 	r = r.Clone(r.Context())
 	for k, vs := range h.header {
 		r.Header[k] = vs

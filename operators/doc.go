@@ -54,9 +54,13 @@
 //
 // Operator names are 1 to 64 printable characters (no control characters,
 // no spaces at either end, no invisible or formatting characters: see
-// CheckIdentity). Two names are one identity when their Canonical forms
-// (Unicode NFC, case folded) agree: the operators file refuses such a pair,
-// and four eyes compares a decider with a plan's requester so. Public keys are 32-byte Ed25519 keys in standard
+// CheckIdentity), in one script (CheckScripts: Latin with Cyrillic or Greek
+// is refused; Han with Kana, Bopomofo or Hangul, each with Latin, is not).
+// Two names are one identity when their Skeletons agree (NFKC, case folded,
+// and the Latin look-alikes of Unicode TS #39's confusables that
+// confusables.go lists: Cyrillic, Greek, full-width forms): the operators
+// file refuses such a pair, and four eyes compares a decider with a plan's
+// requester so ("ａｌｉｃｅ" and "аlice" are alice). Public keys are 32-byte Ed25519 keys in standard
 // base64; signatures are 64 bytes in standard base64 with canonical padding.
 // A public key may belong to one operator only. Revoking an operator is
 // removing their entry and restarting the worker; decisions already applied

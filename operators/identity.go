@@ -42,7 +42,8 @@ func invisible(r rune) bool {
 		unicode.Is(unicode.Variation_Selector, r)
 }
 
-// Canonical is the form in which two identities are compared: white space
+// Canonical is the form in which identities were compared before Skeleton
+// (SameCanonical): white space
 // trimmed and collapsed to one U+0020 between words, invisible characters dropped (an identity holding one is
 // refused wherever it is given; dropping them keeps a comparison safe for
 // records made before that rule), Unicode NFC and case folding. "José" in
@@ -61,9 +62,18 @@ func Canonical(name string) string {
 	return norm.NFC.String(cases.Fold().String(strings.Join(strings.Fields(s), " ")))
 }
 
-// SameIdentity reports whether a and b name the same person (see
-// Canonical). Empty names are nobody: SameIdentity("", "") is false.
+// SameIdentity reports whether a and b name the same person: they have
+// one Skeleton (NFKC, case folding and the confusables of TS #39). Empty
+// names are nobody: SameIdentity("", "") is false.
 func SameIdentity(a, b string) bool {
+	ca, cb := Skeleton(a), Skeleton(b)
+	return ca != "" && ca == cb
+}
+
+// SameCanonical reports whether a and b have one Canonical form (NFC and
+// case folding, no confusables): four eyes as plans that took a decision
+// before the skeleton compared. New code uses SameIdentity.
+func SameCanonical(a, b string) bool {
 	ca, cb := Canonical(a), Canonical(b)
 	return ca != "" && ca == cb
 }

@@ -91,7 +91,7 @@ func ValidName(name string) error {
 			return fmt.Errorf("%w: it holds the unprintable or invisible character %U", ErrBadName, r)
 		}
 	}
-	return nil
+	return CheckScripts(name)
 }
 
 func validAction(a string) bool { return a == ActionApprove || a == ActionResolve }
@@ -146,7 +146,7 @@ func Parse(data []byte) (*Keyring, error) {
 	var problems []string
 	k := &Keyring{ops: map[string]entry{}}
 	keyOwner := map[string]string{}
-	canonical := map[string]string{} // Canonical(name) -> name
+	canonical := map[string]string{} // Skeleton(name) -> name
 
 	for i, o := range f.Operators {
 		at := fmt.Sprintf("operators[%d]", i)
@@ -155,8 +155,8 @@ func Parse(data []byte) (*Keyring, error) {
 			continue
 		}
 		at = fmt.Sprintf("operators[%d] (%s)", i, o.Name)
-		if prev, dup := canonical[Canonical(o.Name)]; dup {
-			problems = append(problems, fmt.Sprintf("%s: the name is listed twice (as %q; names are compared in Unicode NFC, case folded)", at, prev))
+		if prev, dup := canonical[Skeleton(o.Name)]; dup {
+			problems = append(problems, fmt.Sprintf("%s: the name is listed twice (as %q; names are compared by their Unicode TS #39 skeleton: NFKC, case folded, look-alike letters as the Latin ones)", at, prev))
 			continue
 		}
 		raw, err := base64.StdEncoding.Strict().DecodeString(o.PublicKey)
@@ -181,7 +181,7 @@ func Parse(data []byte) (*Keyring, error) {
 			may[a] = true
 		}
 		keyOwner[string(raw)] = o.Name
-		canonical[Canonical(o.Name)] = o.Name
+		canonical[Skeleton(o.Name)] = o.Name
 		k.ops[o.Name] = entry{pub: ed25519.PublicKey(raw), may: may}
 	}
 	if len(problems) > 0 {

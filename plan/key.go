@@ -5,7 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
@@ -15,6 +18,22 @@ import (
 // Idempotency-Key every provider receives, the same on every attempt.
 func Key(session string, turn, step int, toolName string) string {
 	return fmt.Sprintf("%s:%d:%d:%s", session, turn, step, toolName)
+}
+
+// KeyID returns an operation key (or a reversal's, with ":compensate") as a
+// redact.Identifier for the logs: its turn and step numbers are the
+// engine's counters, never masked as a card number however they fall (a
+// keyed MCP turn has 13 digits, and one in ten passes the Luhn check),
+// while its session id and tool name are masked as any text is.
+func KeyID(key string) redact.Identifier {
+	id := redact.Identifier{Text: key}
+	parts := strings.SplitN(key, ":", 4)
+	for i := 1; i < len(parts) && i <= 2; i++ {
+		if n, err := strconv.ParseInt(parts[i], 10, 64); err == nil && n > 0 && strconv.FormatInt(n, 10) == parts[i] {
+			id.Counters = append(id.Counters, n)
+		}
+	}
+	return id
 }
 
 // Key returns the operation key of step n (from 1) of p.

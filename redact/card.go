@@ -2,6 +2,7 @@ package redact
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -119,7 +120,11 @@ func rewriteCards(s string) (string, bool) {
 }
 
 // maskCards is rewriteCards without the quick check.
-func maskCards(s string) (string, bool) {
+func maskCards(s string) (string, bool) { return maskCardsKeeping(s, nil) }
+
+// maskCardsKeeping is maskCards that keeps a lone run of digits whose text is
+// in keep (see StringKeeping).
+func maskCardsKeeping(s string, keep map[string]bool) (string, bool) {
 	var b strings.Builder
 	last := 0 // s[last:] is not yet copied
 	uuids := uuidPattern.FindAllStringIndex(s, -1)
@@ -139,6 +144,10 @@ func maskCards(s string) (string, bool) {
 			continue
 		}
 		end, groups := scanRun(s, i)
+		if len(groups) == 1 && keep[s[groups[0].from:groups[0].to]] {
+			i = end
+			continue
+		}
 		for _, c := range cardsIn(s, groups) {
 			b.WriteString(s[last:c.from])
 			b.WriteString(cardMask(s[c.from:c.to]))
@@ -258,3 +267,65 @@ func cardsIn(s string, groups []span) []span {
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// StringKeeping is String, except that a number the engine counts (a turn
+// or step number, passed in counters) is never taken for a card number: a
+// run of ASCII digits that stands alone (no separator joins it to more
+// digits) and is exactly one of counters is kept whole, so a Luhn-valid
+// 13-digit turn reads the same in the text a model or an operator reads.
+// Everything else is masked as String masks it: customer text around the
+// counter, a session id inside an operation key, and a card number that a
+// counter is only a part of.
+func StringKeeping(s string, counters ...int64) string {
+	if len(counters) == 0 {
+		return String(s)
+	}
+	keep := make(map[string]bool, len(counters))
+	for _, c := range counters {
+		if c > 0 {
+			keep[strconv.FormatInt(c, 10)] = true
+		}
+	}
+	ps := make([]pass, len(passes))
+	copy(ps, passes)
+	for i := range ps {
+		if ps[i].kind == Card {
+			ps[i].rewrite = func(s string) (string, bool) {
+				if fewASCIIDigits(s) {
+					return s, false
+				}
+				return maskCardsKeeping(s, keep)
+			}
+		}
+	}
+	for range maxRounds {
+		changed := false
+		for _, p := range ps {
+			if out, ok := p.rewrite(s); ok {
+				s, changed = out, true
+			}
+		}
+		if !changed {
+			break
+		}
+	}
+	return s
+}
+
+// Counter is a number the engine counts, such as a turn or step number:
+// never a card number. NewHandler writes an attribute of this type as the
+// number it is.
+type Counter int64
+
+// Identifier is a text the engine makes that holds its counters, such as an
+// operation key ({session}:{turn}:{step}:{tool}) or a workflow id.
+// NewHandler masks it with StringKeeping(Text, Counters...): the counters
+// stay whole, the parts that came from outside (a session id, a tool name)
+// are masked as any text is.
+type Identifier struct {
+	Text     string
+	Counters []int64
+}
+
+// String implements fmt.Stringer: the text as is (NewHandler masks it).
+func (i Identifier) String() string { return i.Text }

@@ -109,6 +109,10 @@ func anyValue(v slog.Value) slog.Value {
 	switch x := v.Any().(type) {
 	case nil:
 		return v
+	case Counter:
+		return slog.Int64Value(int64(x))
+	case Identifier:
+		return slog.StringValue(StringKeeping(x.Text, x.Counters...))
 	case error:
 		text = x.Error()
 	case json.RawMessage:

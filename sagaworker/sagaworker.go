@@ -131,9 +131,42 @@ func New(c client.Client, o Options) (worker.Worker, error) {
 		o.Worker.DeploymentOptions = worker.DeploymentOptions{UseVersioning: true, Version: o.Deployment}
 	}
 	w := worker.New(c, tq, o.Worker)
-	Register(w, &workflows.Saga{Specs: o.Tools.Specs(), Operators: o.Operators},
+	Register(w, &workflows.Saga{Specs: o.Tools.Specs(), Operators: o.Operators, Refused: RefusalRecorder(o.Ledger, o.Logger)},
 		&activities.Activities{Tools: o.Tools, Ledger: o.Ledger, Log: o.Logger, Webhook: o.Webhook})
 	return w, nil
+}
+
+// MaxPendingRefusals bounds the refused decision Updates a worker writes to
+// the audit trail at once (RefusalRecorder); more at the same moment are
+// logged, not written, so a flood of refused attempts cannot pile up.
+const MaxPendingRefusals = 64
+
+// RefusalRecorder returns the workflows.Saga.Refused of a worker: each
+// refused decision Update is appended to store's audit trail (kind
+// "refused") on a goroutine of its own, within activities.RecordTimeout,
+// at most MaxPendingRefusals at once; what cannot be written is logged to
+// log (nil discards).
+func RefusalRecorder(store ledger.Store, log *slog.Logger) func(ledger.DecisionRecord) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pending := make(chan struct{}, MaxPendingRefusals)
+	return func(d ledger.DecisionRecord) {
+		select {
+		case pending <- struct{}{}:
+		default:
+			log.Warn("refused decision not written to the audit trail: too many at once", "workflow_id", d.WorkflowID, "by", d.By, "refused", d.Refused)
+			return
+		}
+		go func() {
+			defer func() { <-pending }()
+			ctx, cancel := context.WithTimeout(context.Background(), activities.RecordTimeout)
+			defer cancel()
+			if _, err := store.RecordDecision(ctx, d); err != nil {
+				log.Warn("refused decision not written to the audit trail", "workflow_id", d.WorkflowID, "by", d.By, "refused", d.Refused, "error", err)
+			}
+		}()
+	}
 }
 
 // Register registers AgentPlan, AgentSession and every activity they call under their

@@ -61,6 +61,10 @@ type Field struct {
 	// MaxLen, when positive, is the longest value in bytes of a string
 	// argument, instead of ArgLimits.MaxStringLen.
 	MaxLen int `json:",omitzero"`
+	// PathSegment marks an argument that fills a segment of a request path
+	// (the catalogue sets it for every {name} of a request's path): a value
+	// that is or holds a dot segment is refused (DotSegment).
+	PathSegment bool `json:",omitzero"`
 }
 
 // Schema declares a tool's arguments. Arguments it does not name are refused.
@@ -268,6 +272,9 @@ func checkValue(f Field, v any, lim ArgLimits) string {
 		}
 		if p := CheckText(s, limit, f.Multiline && f.Type == String); p != "" {
 			return p
+		}
+		if f.PathSegment && DotSegment(s) {
+			return `fills a segment of the request path and is or holds "." or ".." (also percent-encoded, such as %2e%2E): a provider that normalises paths would act on another object; send the object's id itself`
 		}
 		if f.Type == Email {
 			return checkEmail(s)

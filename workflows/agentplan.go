@@ -42,6 +42,15 @@ type Saga struct {
 	// The workflow enforces them for plans started by any client; a plan
 	// records the verdict in its history.
 	Limits plan.Limits
+	// Refused, when set, is told of every decision Update its validator
+	// refuses once the payload was read (an operator without the right, a
+	// bad signature, four eyes, a closed question): who, which question,
+	// the step's operation key, when and why, as an audit record of kind
+	// "refused". A refused Update leaves no history, so this is its only
+	// trace; validators are not replayed, so it is told once per attempt.
+	// It must not block: sagaworker hands the record to the ledger on a
+	// goroutine of its own (bounded; a record it cannot take is logged).
+	Refused func(ledger.DecisionRecord)
 }
 
 // Verifier checks that a decision was signed by the operator it names and

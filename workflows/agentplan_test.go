@@ -35,6 +35,8 @@ type harness struct {
 	operators workflows.Verifier
 	// current is the environment env made last (the ledger's clock).
 	current atomic.Pointer[testsuite.TestWorkflowEnvironment]
+	// refused, when set, is the saga's Refused.
+	refused func(ledger.DecisionRecord)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -67,7 +69,7 @@ func (h *harness) env() *testsuite.TestWorkflowEnvironment {
 	env := h.NewTestWorkflowEnvironment()
 	h.current.Store(env)
 	h.acts = &activities.Activities{Tools: h.reg, Ledger: h.ledger}
-	sagaworker.Register(env, &workflows.Saga{Specs: h.reg.Specs(), Operators: h.operators}, h.acts)
+	sagaworker.Register(env, &workflows.Saga{Specs: h.reg.Specs(), Operators: h.operators, Refused: h.refused}, h.acts)
 	return env
 }
 

@@ -533,3 +533,34 @@ func TestRefusalIsMaskedBeforeItIsClipped(t *testing.T) {
 	require.Len(t, between.Steps[0].Decisions, 1)
 	require.NotContains(t, between.Steps[0].Decisions[0].Note, "4111", "%q", between.Steps[0].Decisions[0].Note)
 }
+
+// Issue 35, item 2: four eyes compares the requester and the approver by
+// their TS #39 skeleton: a plan requested by full-width ａｌｉｃｅ, by аlice
+// with a Cyrillic а, or by аӏісе all in Cyrillic cannot be approved by
+// alice, by the Update or the signal; bob's approval makes the one refund.
+func TestFourEyesByConfusableSkeleton(t *testing.T) {
+	for _, requester := range []string{"ａｌｉｃｅ", "\u0430lice", "\u0430\u04cf\u0456\u0441\u0435"} {
+		h := newHarness(t)
+		env := h.env()
+		p := newPlan("r35", step("refund", "o1", 90000))
+		p.RequestedBy = requester
+		fp, _ := p.StepFingerprint(1)
+		var self *answer
+		var between workflows.Status
+		env.RegisterDelayedCallback(func() {
+			q := openQuestion(t, status(t, env))
+			self = update(env, workflows.UpdateApprove, "self", workflows.ApproveSignal{Step: 1, QuestionID: q.ID, Fingerprint: fp, By: "alice", Approved: true})
+			env.SignalWorkflow(workflows.SignalApprove, workflows.ApproveSignal{Step: 1, QuestionID: q.ID, Fingerprint: fp, By: "alice", Approved: true})
+		}, time.Minute)
+		env.RegisterDelayedCallback(func() {
+			between = status(t, env)
+			update(env, workflows.UpdateApprove, "other", workflows.ApproveSignal{Step: 1, Fingerprint: fp, By: "bob", Approved: true})
+		}, 2*time.Minute)
+		st := run(t, env, p)
+		require.ErrorContains(t, self.rejected, "four eyes", "alice approving the plan of %q", requester)
+		require.Len(t, between.Steps[0].Decisions, 1)
+		require.Contains(t, between.Steps[0].Decisions[0].Refused, "four eyes", "the signal too")
+		require.Equal(t, workflows.SagaSucceeded, st.State)
+		require.Equal(t, 1, h.p.count("refund"), "refunds made for %q", requester)
+	}
+}

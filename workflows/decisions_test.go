@@ -405,3 +405,61 @@ func TestHeldStepAsksAPersonFirst(t *testing.T) {
 		}
 	}
 }
+
+// Issue 35, item 8: a decision Update refused by its validator (bob is not
+// in the operators file; alice has no resolve right) leaves no history, and
+// is still in the audit trail through Saga.Refused: who, the question, the
+// step's key, when, and why. alice then rejects: the key has no operation
+// row (nothing ran) and its trail holds the refused attempts and the
+// rejection.
+func TestRefusedUpdatesAreInTheAuditTrail(t *testing.T) {
+	h := newHarness(t)
+	ring, alice, bob := keyring(t)
+	h.operators = ring
+	h.refused = func(d ledger.DecisionRecord) {
+		_, err := h.ledger.RecordDecision(context.Background(), d)
+		require.NoError(t, err)
+	}
+	env := h.env()
+	p := newPlan("e35", step("refund", "o1", 90000))
+	fp, _ := p.StepFingerprint(1)
+	var stranger, resolver, reject *answer
+	env.RegisterDelayedCallback(func() {
+		q := openQuestion(t, status(t, env))
+		st := status(t, env)
+		b := workflows.ApproveSignal{Step: 1, QuestionID: q.ID, RunID: st.RunID, Fingerprint: fp, By: "bob", Approved: true, SentAt: env.Now()}
+		b.Signature = operators.Sign(bob, b.SigningBytes(st.WorkflowID))
+		stranger = update(env, workflows.UpdateApprove, "s", b)
+		r := workflows.ResolveSignal{Step: 1, QuestionID: q.ID, RunID: st.RunID, Outcome: workflows.OutcomeFailed, By: "alice", SentAt: env.Now()}
+		r.Signature = operators.Sign(alice, r.SigningBytes(st.WorkflowID))
+		resolver = update(env, workflows.UpdateResolve, "r", r)
+		a := workflows.ApproveSignal{Step: 1, QuestionID: q.ID, RunID: st.RunID, Fingerprint: fp, By: "alice", Approved: false, Reason: "not this order", SentAt: env.Now()}
+		a.Signature = operators.Sign(alice, a.SigningBytes(st.WorkflowID))
+		reject = update(env, workflows.UpdateApprove, "a", a)
+	}, time.Minute)
+	st := run(t, env, p)
+	require.Error(t, stranger.rejected)
+	require.Error(t, resolver.rejected)
+	require.NoError(t, reject.err)
+	require.Equal(t, workflows.SagaFailed, st.State)
+	require.Empty(t, h.p.callsOf("refund"))
+
+	const key = "e35:1:1:refund"
+	_, err := h.ledger.Get(context.Background(), key)
+	require.ErrorIs(t, err, ledger.ErrNotFound, "nothing ran")
+	trail, err := h.ledger.Decisions(context.Background(), key)
+	require.NoError(t, err)
+	require.Len(t, trail, 3, "%+v", trail)
+	require.Equal(t, "refused", trail[0].Kind)
+	require.Equal(t, "bob", trail[0].By)
+	require.Contains(t, trail[0].Refused, "not verified")
+	require.Contains(t, trail[0].Note, "approve Update")
+	require.Equal(t, "refused", trail[1].Kind)
+	require.Equal(t, "alice", trail[1].By)
+	require.Contains(t, trail[1].Note, "resolve Update")
+	require.NotEmpty(t, trail[1].Refused)
+	require.False(t, trail[0].AppliedAt.IsZero())
+	require.Equal(t, "reject", trail[2].Kind)
+	require.Equal(t, "alice", trail[2].By)
+	require.True(t, trail[2].Verified)
+}

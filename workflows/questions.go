@@ -112,6 +112,11 @@ const (
 	// called again on the forward path's schedule (backoff, Retry-After,
 	// maxCalls) before a person is asked.
 	versionReversalRetries = "reversal-retries"
+	// versionIdentitySkeleton: four eyes compares the requester and the
+	// approver by their Unicode TS #39 skeleton (operators.SameIdentity:
+	// NFKC, case folding, confusables), so ａｌｉｃｅ and аlice are alice.
+	// (Update validators always do: they are not replayed.)
+	versionIdentitySkeleton = "identity-skeleton"
 )
 
 // withdrawnPrefix starts the error of a step whose approval was withdrawn.
@@ -140,7 +145,11 @@ func (r *run) register(ctx workflow.Context) error {
 				if err != nil {
 					return err
 				}
-				return r.checkApprove(ctx, a, true)
+				if err := r.checkApprove(ctx, a, true); err != nil {
+					r.refusedUpdate(ctx, SignalApprove, a.Step, a.QuestionID, a.By, a.SentAt, a.Reason, err)
+					return err
+				}
+				return nil
 			},
 			Description: "Approve or reject the open approval question of a step.",
 		})
@@ -161,7 +170,11 @@ func (r *run) register(ctx workflow.Context) error {
 				if err != nil {
 					return err
 				}
-				return r.checkResolve(ctx, d, true)
+				if err := r.checkResolve(ctx, d, true); err != nil {
+					r.refusedUpdate(ctx, SignalResolve, d.Step, d.QuestionID, d.By, d.SentAt, d.Note, err)
+					return err
+				}
+				return nil
 			},
 			Description: "Say what happened to a step whose outcome is open, or to its failed reversal.",
 		})
@@ -598,7 +611,7 @@ func (r *run) approveTarget(ctx workflow.Context, a ApproveSignal, validating bo
 	if a.Approved && q.Card.Clash != "" && !a.Override {
 		return nil, false, refused("the card of question %s shows a clash (%s): approve with override to let it through, or reject", q.ID, q.Card.Clash)
 	}
-	if a.Approved && r.requester(a.By, strict) {
+	if a.Approved && r.requester(ctx, a.By, strict, validating) {
 		return nil, false, refused("%s requested this plan and cannot approve it (four eyes): another operator must decide", a.By)
 	}
 	verified, err := r.identify(ctx, a.By, SignalApprove, a.RunID, a.SentAt, a.SigningBytes(r.st.WorkflowID), a.Signature, validating)
@@ -608,12 +621,19 @@ func (r *run) approveTarget(ctx workflow.Context, a ApproveSignal, validating bo
 	return q, verified, nil
 }
 
-// requester reports whether by is who requested the plan (four eyes):
-// strict, in one normal form (operators.SameIdentity); otherwise as plans
-// that took a decision before versionDecisionRules compared.
-func (r *run) requester(by string, strict bool) bool {
-	if strict {
+// requester reports whether by is who requested the plan (four eyes): by
+// skeleton (operators.SameIdentity) under versionIdentitySkeleton; strict,
+// in one normal form (operators.SameCanonical); otherwise as plans that took
+// a decision before versionDecisionRules compared.
+func (r *run) requester(ctx workflow.Context, by string, strict, validating bool) bool {
+	if r.plan.RequestedBy == "" {
+		return false
+	}
+	if validating || workflow.GetVersion(ctx, versionIdentitySkeleton, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
 		return operators.SameIdentity(by, r.plan.RequestedBy)
+	}
+	if strict {
+		return operators.SameCanonical(by, r.plan.RequestedBy)
 	}
 	return r.plan.RequestedBy != "" && strings.EqualFold(strings.TrimSpace(by), strings.TrimSpace(r.plan.RequestedBy))
 }
@@ -777,6 +797,23 @@ func (r *run) refuse(ctx workflow.Context, kind string, step int, qid, by string
 	st := r.step(step)
 	st.Decisions = append(st.Decisions, d)
 	r.audit(ctx, st.Key, d, nil)
+}
+
+// refusedUpdate tells Saga.Refused of a decision Update its validator
+// refused, clipped and masked as refuse records a signal. It issues no
+// command and changes no state: validators are not replayed.
+func (r *run) refusedUpdate(ctx workflow.Context, kind string, step int, qid, by string, sentAt time.Time, note string, why error) {
+	if r.saga == nil || r.saga.Refused == nil {
+		return
+	}
+	rec := ledger.DecisionRecord{QuestionID: clip(printable(qid), MaxQuestionIDLen), WorkflowID: r.st.WorkflowID, Kind: "refused",
+		By: clip(printable(by), MaxByLen), SentAt: sentAt, AppliedAt: workflow.Now(ctx),
+		Note:    clip(redact.String(strings.TrimSpace("("+kind+" Update) "+note)), MaxRefusedNoteLen),
+		Refused: clip(redact.String(why.Error()), MaxRefusedReasonLen)}
+	if step >= 1 && step <= len(r.st.Steps) {
+		rec.Key = r.st.Steps[step-1].Key
+	}
+	r.saga.Refused(rec)
 }
 
 // printable masks secrets and replaces control characters, for text a

@@ -227,29 +227,42 @@ func cmdAudit(ctx context.Context, args []string, _ io.Reader, out io.Writer) er
 	return audit(ctx, store, pos[0], out, *asJSON)
 }
 
+// audit prints an operation's ledger row and its audit trail. A key with no
+// row but with decisions (an approval rejected, expired or refused before
+// any call was made) prints the trail alone: what people did is on record
+// even when nothing ran.
 func audit(ctx context.Context, store ledger.Store, key string, out io.Writer, asJSON bool) error {
 	op, err := store.Get(ctx, key)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return &exitError{code: 1, err: fmt.Errorf("no operation with key %q in the ledger (keys look like sess-42:1:3:apply_refund; starter status ID lists a plan's keys)", key)}
-	}
-	if err != nil {
+	found := err == nil
+	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
 		return err
 	}
 	trail, err := store.Decisions(ctx, key)
 	if err != nil {
 		err = fmt.Errorf("read the audit trail of %s: %w", key, err)
-		if !asJSON {
+		if found && !asJSON {
 			printOperation(out, op)
 		}
 		return err
+	}
+	if !found && len(trail) == 0 {
+		return &exitError{code: 1, err: fmt.Errorf("no operation with key %q in the ledger and no decision about it (keys look like sess-42:1:3:apply_refund; starter status ID lists a plan's keys)", key)}
 	}
 	if trail == nil {
 		trail = []ledger.DecisionRecord{}
 	}
 	if asJSON {
-		return printJSON(out, map[string]any{"operation": op, "decisions": trail})
+		var row any
+		if found {
+			row = op
+		}
+		return printJSON(out, map[string]any{"operation": row, "decisions": trail})
 	}
-	printOperation(out, op)
+	if found {
+		printOperation(out, op)
+	} else {
+		fmt.Fprintf(out, "operation %s  no call was made: it has no row in the ledger (the decisions below stopped it, or its question expired)\n", safe(key))
+	}
 	if len(trail) == 0 {
 		fmt.Fprintln(out, "\nno human decision recorded")
 		return nil

@@ -472,8 +472,14 @@ func (s auditStore) Get(_ context.Context, key string) (ledger.Operation, error)
 	return s.op, nil
 }
 
-func (s auditStore) Decisions(context.Context, string) ([]ledger.DecisionRecord, error) {
-	return s.trail, s.err
+func (s auditStore) Decisions(_ context.Context, key string) ([]ledger.DecisionRecord, error) {
+	var out []ledger.DecisionRecord
+	for _, d := range s.trail {
+		if d.Key == key || d.Key == key+":compensate" {
+			out = append(out, d)
+		}
+	}
+	return out, s.err
 }
 
 func TestAuditPrintsTheRowAndItsTrail(t *testing.T) {

@@ -153,9 +153,11 @@ func result(id string, raw json.RawMessage) tool.Result {
 }
 
 var (
-	fOrderID  = tool.Field{Name: "order_id", Type: tool.String, Required: true, Description: "the order, such as ord_1001"}
-	fAmount   = tool.Field{Name: "amount_minor", Type: tool.Money, Required: true, Description: "amount in minor units (12900 for 129.00)"}
-	fCurrency = tool.Field{Name: "currency", Type: tool.Currency, Required: true, Description: "ISO 4217 code, such as EUR"}
+	fOrderID = tool.Field{Name: "order_id", Type: tool.String, Required: true, Description: "the order, such as ord_1001"}
+	// fOrderInPath is order_id where it fills a path segment.
+	fOrderInPath = tool.Field{Name: "order_id", Type: tool.String, Required: true, Description: "the order, such as ord_1001", PathSegment: true}
+	fAmount      = tool.Field{Name: "amount_minor", Type: tool.Money, Required: true, Description: "amount in minor units (12900 for 129.00)"}
+	fCurrency    = tool.Field{Name: "currency", Type: tool.Currency, Required: true, Description: "ISO 4217 code, such as EUR"}
 )
 
 // ---- query_order ----
@@ -164,7 +166,7 @@ type queryOrder struct{ c *httptool.Client }
 
 func (t *queryOrder) Spec() tool.Spec {
 	return tool.Spec{Name: QueryOrder, Description: "Read an order with its lines and amounts.", Class: tool.Read,
-		Args: tool.Schema{Fields: []tool.Field{fOrderID}}, Timeout: 5 * time.Second}
+		Args: tool.Schema{Fields: []tool.Field{fOrderInPath}}, Timeout: 5 * time.Second}
 }
 
 func (t *queryOrder) Execute(ctx context.Context, call tool.Call) (tool.Result, error) {
@@ -189,7 +191,7 @@ func (t *checkRefundPolicy) Spec() tool.Spec {
 	amount := fAmount
 	amount.Required, amount.Description = false, "the refund asked for, in minor units; checked against the order"
 	return tool.Spec{Name: CheckRefundPolicy, Description: "Check that an order may be refunded (and this amount, if given); a refusal fails the step.",
-		Class: tool.Read, Args: tool.Schema{Fields: []tool.Field{fOrderID, amount}}, Timeout: 5 * time.Second, MaxAmountMinor: MaxRefundMinor}
+		Class: tool.Read, Args: tool.Schema{Fields: []tool.Field{fOrderInPath, amount}}, Timeout: 5 * time.Second, MaxAmountMinor: MaxRefundMinor}
 }
 
 func (t *checkRefundPolicy) Execute(ctx context.Context, call tool.Call) (tool.Result, error) {

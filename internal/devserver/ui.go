@@ -47,6 +47,8 @@ func (s *Server) startUI(ctx context.Context, host string, hold *net.TCPListener
 		// Plain HTTP on a developer's machine: the CSRF cookie must work without TLS.
 		CORS:     uiconfig.CORS{CookieInsecure: true},
 		HideLogs: true,
+		// No outbound call from the browser (newsfeed.temporal.io).
+		DisableNewsFetch: true,
 		Codec: uiconfig.Codec{
 			Endpoint:            codec.Endpoint,
 			IncludeCredentials:  codec.IncludeCredentials,
