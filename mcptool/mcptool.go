@@ -79,6 +79,12 @@ type Tool struct {
 	// ExternalID is a JSON pointer into the answer's data (see Data) to the
 	// effect's id; empty means the call has none.
 	ExternalID string
+	// Item is a JSON pointer to the effect inside a write's own answer
+	// (the item its lookup reads, such as /entities/0): the Result's data
+	// is that item, so Match fields are read in the same place whether the
+	// effect was answered or found by the lookup. Empty, or a pointer the
+	// answer does not hold, leaves the whole answer.
+	Item string
 	// Lookup looks a write's effect up after a lost answer; nil for reads
 	// and for writes that declare NoLookup.
 	Lookup *Lookup
@@ -152,6 +158,13 @@ func (t *Tool) Execute(ctx context.Context, call tool.Call) (tool.Result, error)
 	out := tool.Result{Data: data}
 	if t.ExternalID != "" {
 		out.ExternalID = pointerString(data, t.ExternalID)
+	}
+	if t.Item != "" {
+		if v, ok := pointer(data, t.Item); ok {
+			if item, err := json.Marshal(v); err == nil {
+				out.Data = item
+			}
+		}
 	}
 	return out, nil
 }
