@@ -189,7 +189,7 @@ func (k keyless) fresh(ctx context.Context, st *sessionState, c ledger.KeylessCa
 		return g.failure(out, err), false
 	}
 	res, ok = g.await(ctx, lk, out.Session, out.Turn, "", k.step, res)
-	if ok {
+	if given(ctx, ok) {
 		k.give(ctx, t, res.State)
 	}
 	return render(fill(out, res)), false
@@ -225,7 +225,7 @@ func (k keyless) repeat(ctx context.Context, st *sessionState, c ledger.KeylessC
 		return g.failure(out, err)
 	}
 	res, ok = g.await(ctx, lk, out.Session, out.Turn, "", k.step, res)
-	if ok {
+	if given(ctx, ok) {
 		k.give(ctx, c.Call, res.State)
 	}
 	return render(fill(out, res))
@@ -282,7 +282,9 @@ func (k keyless) hold(ctx context.Context, st *sessionState, c ledger.KeylessCal
 		out.Held = h
 		return render(out), false
 	}
-	k.give(ctx, ht, res.State)
+	if given(ctx, ok) {
+		k.give(ctx, ht, res.State)
+	}
 	out = fill(out, res)
 	out.Held = h
 	verdict := "it runs only if a person approves it (the question below); call it again the same way later for its result. " +
@@ -303,6 +305,17 @@ func (k keyless) heldStep(earlier string, call, held ledger.KeylessTurn) plan.St
 	s.Hold = tool.Clip(fmt.Sprintf("suspected duplicate of %s (the same %s with the same arguments %s earlier, sent without _meta %q): approve only if a second, separate effect is wanted",
 		earlier, s.Tool, held.At.Sub(call.At).Round(time.Second), MetaKey), plan.MaxHoldLen-len("..."))
 	return s
+}
+
+// given reports whether the result of a call is given to its client: it
+// is still connected (a connection that dropped cancels its calls), and a
+// call kept open for a person did not lose its client meanwhile (ok, from
+// await).
+func given(ctx context.Context, ok bool) bool {
+	if p := progressOf(ctx); p != nil {
+		return ok && p.client.Err() == nil
+	}
+	return ok && ctx.Err() == nil
 }
 
 // give notes in the caller's memory the state of a result given for turn
@@ -351,7 +364,7 @@ func (k keyless) dropHeld(ctx context.Context, t ledger.KeylessTurn) {
 // still waits for its final result stays the one later calls repeat.
 func (k keyless) keyed(ctx context.Context, res *mcp.CallToolResult) {
 	out, ok := res.StructuredContent.(Result)
-	if !ok || out.Turn == 0 {
+	if !ok || out.Turn == 0 || !given(ctx, true) {
 		return
 	}
 	switch out.State {
