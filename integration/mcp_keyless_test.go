@@ -167,9 +167,10 @@ func TestMCPKeylessClientReconnectsMidCall(t *testing.T) {
 	drop() // the connection drops mid-call
 	require.Error(t, <-done, "the first call got no answer")
 	again := keylessCall(ctx, t, dial(ctx, t, srv), demotools.CreateTicket, ticket)
+	waitTurn(ctx, t, st.Client, session, 1) // the first call has settled too
+	require.Equal(t, 1, ticketsAbout(ctx, t, sb, subject), "one ticket in the CRM")
 	require.Equal(t, workflows.TurnSucceeded, again.State, again.Message)
 	require.Equal(t, plan.Key(session, 1, 1, demotools.CreateTicket), again.Key, "the retry on a new connection is the first call")
-	require.Equal(t, 1, ticketsAbout(ctx, t, sb, subject), "one ticket in the CRM")
 
 	second, drop := dialDroppable(ctx, t, srv)
 	session, done = slowCall(ctx, t, sb, spy, second, demotools.SendEmail, mail, "mail.send")
@@ -181,9 +182,9 @@ func TestMCPKeylessClientReconnectsMidCall(t *testing.T) {
 		return err == nil && d.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	}, time.Minute, 20*time.Millisecond, "the gateway ended the dropped connection's AgentSession")
 	sent := keylessCall(ctx, t, dial(ctx, t, srv), demotools.SendEmail, mail)
+	require.Equal(t, 1, emailsAbout(ctx, t, sb, subject), "one e-mail at the relay")
 	require.Equal(t, workflows.TurnSucceeded, sent.State, sent.Message)
 	require.Equal(t, plan.Key(session, 1, 1, demotools.SendEmail), sent.Key, "the retry reads the ended session's turn")
-	require.Equal(t, 1, emailsAbout(ctx, t, sb, subject), "one e-mail at the relay")
 
 	delta := callsDelta(callsBefore, allCalls(ctx, t, sb))
 	require.Equal(t, 1, delta["tickets.create"], "calls %v", delta)
@@ -217,18 +218,19 @@ func TestMCPKeylessCallsThroughTwoGateways(t *testing.T) {
 	session, done := slowCall(ctx, t, sb, spy, dial(ctx, t, a), demotools.CreateTicket, ticket, "tickets.create")
 	viaB := keylessCall(ctx, t, dial(ctx, t, b), demotools.CreateTicket, ticket)
 	require.NoError(t, <-done)
+	require.Equal(t, 1, ticketsAbout(ctx, t, sb, subject), "one ticket in the CRM")
 	require.Equal(t, workflows.TurnSucceeded, viaB.State, viaB.Message)
 	require.Equal(t, plan.Key(session, 1, 1, demotools.CreateTicket), viaB.Key, "B attached to A's call")
-	require.Equal(t, 1, ticketsAbout(ctx, t, sb, subject), "one ticket in the CRM")
 
 	cctx, giveUp := context.WithCancel(ctx)
 	session, done = slowCall(cctx, t, sb, spy, dial(ctx, t, a), demotools.SendEmail, mail, "mail.send")
 	giveUp()
 	require.Error(t, <-done, "the client gave up on A")
 	sent := keylessCall(ctx, t, dial(ctx, t, b), demotools.SendEmail, mail)
+	waitTurn(ctx, t, st.Client, session, 1) // the call A's client gave up on has settled too
+	require.Equal(t, 1, emailsAbout(ctx, t, sb, subject), "one e-mail at the relay")
 	require.Equal(t, workflows.TurnSucceeded, sent.State, sent.Message)
 	require.Equal(t, plan.Key(session, 1, 1, demotools.SendEmail), sent.Key, "B answered A's call")
-	require.Equal(t, 1, emailsAbout(ctx, t, sb, subject), "one e-mail at the relay")
 
 	held := keylessCall(ctx, t, dial(ctx, t, a), demotools.SendEmail, mail)
 	require.Equal(t, workflows.TurnWaiting, held.State, held.Message)
