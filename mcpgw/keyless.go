@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -29,8 +31,8 @@ type TurnReader interface {
 // process wrote its caller's memory first.
 const maxRaces = 8
 
-// maxCallerLen bounds a caller's name as the ledger keeps it; a longer one
-// is kept as its SHA-256.
+// maxCallerLen bounds a caller's name as the ledger keeps it; a longer one,
+// or one that is not plain text, is kept as its SHA-256.
 const maxCallerLen = 200
 
 // callerOf names who sent a call, for the memory of keyless calls: the
@@ -51,7 +53,7 @@ func (g *gateway) callerOf(req *mcp.CallToolRequest, explicit, session string) s
 	if explicit != "" {
 		who += " session:" + explicit
 	}
-	if len(who) > maxCallerLen {
+	if len(who) > maxCallerLen || !utf8.ValidString(who) || strings.IndexByte(who, 0) >= 0 {
 		sum := sha256.Sum256([]byte(who))
 		who = "sha256:" + hex.EncodeToString(sum[:])
 	}
