@@ -233,7 +233,15 @@ func GrantRuntime(ctx context.Context, dsn, role string, opts ...Option) error {
 	}
 	sort.Strings(tables)
 	for _, t := range tables {
-		stmts = append(stmts, `REVOKE ALL ON `+t+` FROM `+r, `GRANT `+RuntimePrivileges[t]+` ON `+t+` TO `+r)
+		// A table a later migration makes is granted when this runs again
+		// after that migration.
+		var exists bool
+		if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists); err != nil {
+			return fmt.Errorf("ledgerpg: grant to %s: %w", role, err)
+		}
+		if exists {
+			stmts = append(stmts, `REVOKE ALL ON `+t+` FROM `+r, `GRANT `+RuntimePrivileges[t]+` ON `+t+` TO `+r)
+		}
 	}
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
