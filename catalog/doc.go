@@ -137,6 +137,7 @@
 //	      args: {source: "{source}", destination: "{destination}"}   # default: the call's args
 //	      key: {meta: agentsaga/key}        # or {arg: idempotency_key}
 //	      external_id: /content             # pointer into the answer's data
+//	      item: ""                          # pointer to the effect in the answer (default: lookup.item)
 //	      lookup:
 //	        tool: get_file_info             # an upstream read tool
 //	        args: {path: "{destination}"}   # made from the call's args and {key}
@@ -155,7 +156,10 @@
 // arguments template is any YAML value whose strings may hold the same
 // references as other templates; a string that is exactly one reference
 // keeps the value's JSON type, and an absent value drops its entry. A match
-// result names a field of the lookup's item (camelCase allowed). The
+// result names a field of the lookup's item (camelCase allowed); a write's
+// own answer is read at mcp.item, by default the lookup's item pointer, so
+// Match reads the same fields whether the effect was answered or found, and
+// the step's result is that item. The
 // tool's system, shown on approval cards, is SERVER/TOOL. A stdio server
 // gets only PATH, HOME and its declared env, never the worker's own
 // environment; ${NAME} in command, args, dir and url is read from the

@@ -52,6 +52,7 @@ type mcpDecl struct {
 	Args       any            `yaml:"args"`
 	Key        *mcpKeyDecl    `yaml:"key"`
 	ExternalID string         `yaml:"external_id"`
+	Item       string         `yaml:"item"`
 	Lookup     *mcpLookupDecl `yaml:"lookup"`
 }
 
@@ -307,6 +308,8 @@ func (b *builder) mcpTool(path string, d toolDecl) *mcptool.Tool {
 		p.add(path+".mcp.args", "a reversal builds the upstream's arguments from {original.args.NAME}: declare them")
 	}
 	b.pointer(path+".mcp.external_id", m.ExternalID)
+	b.pointer(path+".mcp.item", m.Item)
+	t.Item = m.Item
 	if k := m.Key; k != nil {
 		switch {
 		case (k.Arg == "") == (k.Meta == ""):
@@ -342,6 +345,11 @@ func (b *builder) mcpTool(path string, d toolDecl) *mcptool.Tool {
 		}
 		b.horizon(path, t.Def)
 		t.Lookup = lk
+		if t.Item == "" {
+			// Match reads the item the lookup reads, in the write's
+			// own answer too.
+			t.Item = l.Item
+		}
 	} else if s.Class.IsWrite() && !d.NoLookup {
 		p.add(path+".mcp.lookup", "a write needs a lookup through an upstream read tool, or no_lookup: true so its unknown outcomes go to a human")
 	}

@@ -53,7 +53,7 @@ type conformanceCheck struct {
 func TestMCPConformanceSuite(t *testing.T) {
 	node, dir := mcpTS(t)
 	st := sharedStack(t)
-	srv, err := mcpgw.New(st.Plans, st.Tools, mcpgw.Options{})
+	srv, err := mcpgw.New(st.Plans, st.Tools, mcpgw.Options{Calls: st.Ledger})
 	require.NoError(t, err)
 	url := mcpTestServer(t, srv)
 	bin := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")

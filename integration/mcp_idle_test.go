@@ -19,7 +19,7 @@ import (
 func TestMCPClosedHTTPSessionEndsItsAgentSession(t *testing.T) {
 	st := sharedStack(t)
 	ctx := testContext(t, 2*time.Minute)
-	srv, err := mcpgw.New(st.Plans, st.Tools, mcpgw.Options{})
+	srv, err := mcpgw.New(st.Plans, st.Tools, mcpgw.Options{Calls: st.Ledger})
 	require.NoError(t, err)
 	url := mcpTestServer(t, srv)
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agentsaga-it", Version: "1"}, nil).

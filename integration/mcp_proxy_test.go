@@ -15,8 +15,10 @@ import (
 	"github.com/agentsaga/agentsaga/catalog"
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/internal/devstack"
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/mcptool/mcptest"
+	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/tool"
@@ -37,7 +39,7 @@ func TestMCPProxyMoveFileOnceThroughTheEngine(t *testing.T) {
 	var drop mcptest.Dropper
 	p := startProxyStack(ctx, t, "filesystem", &drop)
 	plans, reg, st, dir := p.plans, p.reg, p.st, p.dir
-	gw, err := mcpgw.New(plans, reg, mcpgw.Options{Session: sagaclient.SessionOptions{RequestedBy: "mcp-agent"}})
+	gw, err := mcpgw.New(plans, reg, mcpgw.Options{Calls: sharedStack(t).Ledger, Session: sagaclient.SessionOptions{RequestedBy: "mcp-agent"}})
 	require.NoError(t, err)
 	server, client := mcp.NewInMemoryTransports()
 	ss, err := gw.Connect(ctx, server, nil)
@@ -208,4 +210,70 @@ func TestMCPProxyPlanRemembersOnce(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, entities, "the graph file holds one entity: %s", raw)
+}
+
+// Every tool of catalog/examples/mcp-filesystem.yaml on its fault-free path,
+// against the real npm servers: remember (its answer read at the lookup's
+// item, where Match reads name and entityType) succeeds with the entity's
+// name as external id, counted once in the memory server's own graph file;
+// fs_write writes, fs_read reads it back, fs_move (approved) moves it, on
+// disk. Nothing is lost, nothing is reconciled, nobody is asked beyond the
+// move's approval.
+func TestMCPProxyExampleToolsWithoutFaults(t *testing.T) {
+	ctx := testContext(t, 4*time.Minute)
+	var drop mcptest.Dropper // armed never: every answer arrives
+	p := startProxyStack(ctx, t, "memory", &drop)
+	runPlan := func(session string, s plan.Step) workflows.Status {
+		t.Helper()
+		run, err := p.plans.Start(ctx, newPlan(session, s))
+		require.NoError(t, err)
+		if s.Tool == "fs_move" {
+			var q workflows.Question
+			require.Eventually(t, func() bool {
+				st, err := p.plans.Status(ctx, run.WorkflowID)
+				if err != nil || len(st.Questions) == 0 {
+					return false
+				}
+				q = st.Questions[0]
+				return true
+			}, time.Minute, 20*time.Millisecond, "the move waits for its approval")
+			_, err = p.plans.Approve(ctx, run.WorkflowID, workflows.ApproveSignal{Step: q.Step, QuestionID: q.ID, Fingerprint: q.Fingerprint, By: "ops", Approved: true})
+			require.NoError(t, err)
+		}
+		final, err := p.plans.Wait(ctx, run.WorkflowID)
+		require.NoError(t, err)
+		require.Equal(t, workflows.SagaSucceeded, final.State, "%s: %s", s.Tool, final.Error)
+		require.Equal(t, ledger.Succeeded, final.Steps[0].State, "%s: %s", s.Tool, final.Steps[0].LastError)
+		return final
+	}
+
+	final := runPlan("it-mcp-proxy-nofault-remember", step(t, "remember", map[string]any{"name": "order-17", "kind": "order", "fact": "shipped"}))
+	require.Equal(t, "order-17", final.Steps[0].ExternalID)
+	require.Equal(t, 1, drop.Calls("create_entities"), "one create_entities reached the upstream")
+	require.Zero(t, drop.Calls("open_nodes"), "nothing was looked up")
+	raw, err := os.ReadFile(p.mem)
+	require.NoError(t, err)
+	entities := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var item struct {
+			Type string `json:"type"`
+			Name string `json:"name"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &item), "graph line %q", line)
+		if item.Type == "entity" && item.Name == "order-17" {
+			entities++
+		}
+	}
+	require.Equal(t, 1, entities, "the graph file holds the entity once: %s", raw)
+
+	src, dst := filepath.Join(p.dir, "nofault.txt"), filepath.Join(p.dir, "nofault-moved.txt")
+	runPlan("it-mcp-proxy-nofault-write", step(t, "fs_write", map[string]any{"path": src, "content": "hello"}))
+	read := runPlan("it-mcp-proxy-nofault-read", step(t, "fs_read", map[string]any{"path": src}))
+	require.Contains(t, string(read.Steps[0].Result), "hello")
+	runPlan("it-mcp-proxy-nofault-move", step(t, "fs_move", map[string]any{"source": src, "destination": dst}))
+	b, err := os.ReadFile(dst)
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(b))
+	_, err = os.Stat(src)
+	require.True(t, os.IsNotExist(err), "moved, not copied")
 }

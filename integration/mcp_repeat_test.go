@@ -77,6 +77,9 @@ type mcpClient struct {
 func newMCPClient(ctx context.Context, t *testing.T, plans mcpgw.Plans, o mcpgw.Options) *mcpClient {
 	t.Helper()
 	st := sharedStack(t)
+	if o.Calls == nil {
+		o.Calls = st.Ledger
+	}
 	srv, err := mcpgw.New(plans, st.Tools, o)
 	require.NoError(t, err)
 	server, client := mcp.NewInMemoryTransports()

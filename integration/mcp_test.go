@@ -27,7 +27,7 @@ func TestMCPGatewayOneRefundPerIntent(t *testing.T) {
 	st := sharedStack(t)
 	sb := sandbox.NewClient(st.SandboxURL, nil)
 	ctx := testContext(t, 3*time.Minute)
-	srv, err := mcpgw.New(st.Plans, st.Tools, mcpgw.Options{Session: sagaclient.SessionOptions{RequestedBy: "mcp-agent"}})
+	srv, err := mcpgw.New(st.Plans, st.Tools, mcpgw.Options{Calls: st.Ledger, Session: sagaclient.SessionOptions{RequestedBy: "mcp-agent"}})
 	require.NoError(t, err)
 	hs := httptest.NewServer(mcpgw.Handler(srv))
 	t.Cleanup(hs.Close)

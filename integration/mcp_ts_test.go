@@ -24,6 +24,7 @@ import (
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
+	"github.com/agentsaga/agentsaga/ledger/ledgerdb"
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -108,7 +109,13 @@ func runMCPStdioProcess() int {
 	}
 	defer c.Close()
 	plans := sagaclient.New(codec.DecodeMemos(c, codec.New(ring)), sagaclient.Options{TaskQueue: os.Getenv(envTaskQueue), Catalog: tools})
+	calls, err := ledgerdb.Open(context.Background(), os.Getenv(envLedger))
+	if err != nil {
+		return fail("ledger: %v (the test process sets %s)", err, envLedger)
+	}
+	defer calls.Close()
 	o := tsGatewayOptions()
+	o.Calls = calls
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv, err := mcpgw.New(&lossyPlans{Plans: plans, lost: map[string]bool{}}, tools, o)
 	if err != nil {
@@ -152,7 +159,9 @@ func TestMCPTypeScriptClientOverBothTransports(t *testing.T) {
 			args := []string{filepath.Join(dir, "client.mjs"), transport}
 			env := append(os.Environ(), "MCP_TS_RUN="+run)
 			if transport == "http" {
-				srv, err := mcpgw.New(&lossyPlans{Plans: st.Plans, lost: map[string]bool{}}, st.Tools, tsGatewayOptions())
+				o := tsGatewayOptions()
+				o.Calls = st.Ledger
+				srv, err := mcpgw.New(&lossyPlans{Plans: st.Plans, lost: map[string]bool{}}, st.Tools, o)
 				require.NoError(t, err)
 				hs := mcpTestServer(t, srv)
 				args = append(args, hs)
@@ -161,7 +170,7 @@ func TestMCPTypeScriptClientOverBothTransports(t *testing.T) {
 				require.NoError(t, err)
 				args = append(args, self)
 				env = append(env, envMCPStdio+"=1", envTemporal+"="+st.Server.FrontendAddr(), envNamespace+"="+st.Server.Namespace(),
-					envTaskQueue+"="+workflows.TaskQueue, envSandbox+"="+st.SandboxURL)
+					envTaskQueue+"="+workflows.TaskQueue, envSandbox+"="+st.SandboxURL, envLedger+"="+st.LedgerDSN)
 			}
 			events := runTSClient(ctx, t, st.Plans, node, args, env)
 

@@ -296,7 +296,8 @@ type Store interface {
 	// Purge removes final operations completed before the cutoff and
 	// returns how many; it never removes one that is not final, nor a
 	// succeeded one that holds a guard scope (it holds it until it is
-	// compensated), nor any entry of the audit trail.
+	// compensated), nor any entry of the audit trail. It also forgets the
+	// keyless calls whose ForgetAfter is before the cutoff (not counted).
 	Purge(ctx context.Context, completedBefore time.Time) (int, error)
 	// Transition records a machine change of state (see Transition). A
 	// row that becomes failed_final or compensated no longer holds its
@@ -318,6 +319,9 @@ type Store interface {
 	// the decisions applied) at or after since, plus the exception queue
 	// and the amounts in uncertainty as they are now. It writes nothing.
 	Report(ctx context.Context, since time.Time) (Report, error)
+	// KeylessCalls keep the MCP gateway's memory of calls sent without a
+	// key (see KeylessCall).
+	KeylessCalls
 	// Close releases the store's connections.
 	Close() error
 }
@@ -332,3 +336,66 @@ var ErrTransition = errors.New("ledger: operation is not in a state this transit
 // ErrLeaseLost is returned by Complete when the executor no longer holds the
 // lease: another executor took over, and it must not overwrite the result.
 var ErrLeaseLost = errors.New("ledger: lease lost to another executor; do not record this attempt")
+
+// KeylessCall is the MCP gateway's memory of one write a caller sent without
+// a key (package mcpgw): which turn of which AgentSession runs it, and what
+// the caller was given. It lives in the ledger so that every gateway process
+// shares it and it outlives a connection: the same caller's identical call
+// through another MCP session, connection or replica is compared with it.
+// Rows are read with KeylessCall and written with PutKeylessCall, a
+// compare-and-swap on Version, so two gateways that decide at once never
+// both win; the gateway makes every decision, the ledger keeps it.
+type KeylessCall struct {
+	// Caller is who sent the call: the gateway's name for an
+	// authenticated identity, an agent's requested_by, or an MCP session
+	// (at most MaxKeylessIdent bytes).
+	Caller string `json:"caller"`
+	// Fingerprint is plan.Fingerprint of the tool and its canonical
+	// arguments (at most MaxKeylessIdent bytes).
+	Fingerprint string `json:"fingerprint"`
+	// Call is the turn that runs the call.
+	Call KeylessTurn `json:"call"`
+	// Held is the turn that holds a suspected duplicate of the call for a
+	// person; Turn 0 when there is none.
+	Held KeylessTurn `json:"held,omitzero"`
+	// ForgetAfter is when the memory may be purged (Purge with a later
+	// cutoff removes it); zero keeps it.
+	ForgetAfter time.Time `json:"forget_after,omitzero"`
+	// Version is the row's version as read: PutKeylessCall writes only
+	// over that version (0: only when no row is stored) and returns the
+	// new one.
+	Version int64 `json:"version"`
+}
+
+// KeylessTurn is one turn a KeylessCall names.
+type KeylessTurn struct {
+	Session string `json:"session"` // the AgentSession (at most MaxKeylessIdent bytes)
+	Turn    int64  `json:"turn"`
+	// At is when the call was first made.
+	At time.Time `json:"at,omitzero"`
+	// Given is the state of the last result given to a caller ("" for
+	// none; succeeded, failed, waiting, running: at most 32 bytes).
+	Given string `json:"given,omitempty"`
+	// DeliveredAt is when a caller was first given the final result.
+	DeliveredAt time.Time `json:"delivered_at,omitzero"`
+}
+
+// MaxKeylessIdent bounds a KeylessCall's caller, fingerprint and sessions,
+// in bytes.
+const MaxKeylessIdent = 512
+
+// ErrStale is returned by PutKeylessCall when the stored row is no longer
+// the version the caller read (another gateway wrote it meanwhile): read it
+// again and decide again.
+var ErrStale = errors.New("ledger: the keyless call changed since it was read; read it again and decide again")
+
+// KeylessCalls is the part of Store the MCP gateway uses.
+type KeylessCalls interface {
+	// KeylessCall returns the memory of caller's keyless call with
+	// fingerprint, or ErrNotFound.
+	KeylessCall(ctx context.Context, caller, fingerprint string) (KeylessCall, error)
+	// PutKeylessCall stores c if the stored row is still c.Version (0:
+	// none is stored) and returns it as stored, with its new version;
+	// ErrStale otherwise, and nothing changes.
+	PutKeylessCall(ctx context.Context, c KeylessCall) (KeylessCall, error)
+}

@@ -23,23 +23,32 @@
 //
 // # The suspected-duplicate rule (calls without a key)
 //
-// The gateway remembers, per session, the last call of each write
+// The gateway remembers, per caller, the last call of each write
 // (IDEMPOTENT_WRITE, CONDITIONAL_WRITE, NON_IDEMPOTENT_WRITE) with given
-// arguments (tool plus canonical args, plan.Fingerprint), with its turn.
-// That record is kept until the client has been given the call's final
-// result (succeeded or failed), however long that takes (a person may
-// decide hours later), and for Options.DuplicateWindow (default 10
+// arguments (tool plus canonical args, plan.Fingerprint), with the turn and
+// session that run it. The caller is the authenticated identity (the
+// user id of the OAuth token the MCP handler verified), else the agent the
+// gateway serves (Options.Session.RequestedBy, `starter mcp
+// --requested-by`), else the AgentSession alone; a call that names its
+// AgentSession (MetaSession) is compared with that session's calls only.
+// The memory is kept in the ledger (Options.Calls, ledger.KeylessCall),
+// shared by every gateway process: a caller whose connection dropped and
+// who retries on a new one, or whose calls reach another replica, is the
+// same caller. A record is kept until the caller has been given the call's
+// final result (succeeded or failed), however long that takes (a person
+// may decide hours later), and for Options.DuplicateWindow (default 10
 // minutes) after that delivery. A write call WITHOUT MetaTurn or MetaKey
 // that is identical to a remembered call is treated so:
 //
-//   - if the client was not yet given that call's final result (it waited
-//     for a person, or its answer was lost), the call is a repeat of it: the
-//     earlier turn is sent again under its own key and its current result
-//     returned (still waiting, or final). Nothing new runs.
-//   - if an identical call of the session is in progress in the gateway
-//     right now (two calls sent at the same moment), the call attaches to
-//     it and is given its result: one call, one turn.
-//   - if the earlier call succeeded and the client was given that result,
+//   - if the caller was not yet given that call's final result (it is in
+//     flight, it waits for a person, or its answer was lost), the call is a
+//     repeat of it, attached to it: the earlier turn is read again under
+//     its own key (Temporal answers one Update ID once), in whichever
+//     session and through whichever gateway, on this call's own context,
+//     and its current result returned (still waiting, or final). Nothing
+//     new runs, and a call never answers with another client's
+//     cancellation.
+//   - if the earlier call succeeded and the caller was given that result,
 //     the call is HELD FOR A PERSON as a suspected duplicate: it becomes a
 //     new turn whose step asks a person first (an approval question whose
 //     card names the earlier call); nothing runs unless the person
@@ -54,10 +63,9 @@
 //     turn.
 //
 // Reads are never held. Calls with MetaTurn or MetaKey are never held: the
-// key says which calls are the same. The memory lives in the gateway
-// process: a call after a gateway restart is not compared with calls
-// before it, and a new MCP session is a new AgentSession, so clients that
-// retry across restarts or sessions should send MetaSession and MetaKey.
+// key says which calls are the same. A caller who means an identical write
+// twice sends each with its own MetaKey (or MetaTurn), or waits out the
+// window.
 //
 // # Results
 //
@@ -94,8 +102,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -105,6 +111,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/sagaclient"
@@ -166,6 +173,11 @@ type Options struct {
 	// answer yet"), and repeating the call reads the turn. Zero means
 	// DefaultPersonWait.
 	PersonWait time.Duration
+	// Calls is where the gateway remembers the writes callers sent
+	// without a key: the ledger the workers use (any ledger.Store), shared
+	// by every gateway process, so the same caller's identical call is one
+	// call across reconnects and replicas. Required.
+	Calls ledger.KeylessCalls
 	// Session configures the sessions the gateway starts (RequestedBy names
 	// the agent, so its own approval is refused: four eyes).
 	Session sagaclient.SessionOptions
@@ -196,73 +208,15 @@ type gateway struct {
 	ends    sync.WaitGroup
 }
 
-// sessionState is what the gateway keeps of one AgentSession.
+// sessionState is what the gateway keeps of one AgentSession: the queue
+// of its calls and the next turn it numbers. What a caller sent without a
+// key is kept in the ledger (see keyless.go), not here.
 type sessionState struct {
 	lock   chan struct{} // held by the call in progress: calls of a session queue
-	loaded bool          // next was read from the session
-	next   int           // next turn the gateway numbers
-	writes map[string]*record
-	// flights are the unkeyed write calls in progress, by fingerprint: an
-	// identical call arriving meanwhile attaches to one (g.mu guards it).
-	flights map[string]*flight
-	used    time.Time
-}
-
-// record is the last write call with given arguments in a session.
-type record struct {
-	turn  int
-	step  plan.Step
-	at    time.Time // when the call was first made
-	given string    // state of the last result given to the client ("" if none)
-	// delivered is when the client was first given the final result (zero
-	// until then): the duplicate window counts from it.
-	delivered time.Time
-	// held is the turn that put a suspected duplicate of this call in
-	// front of a person, if any.
-	held *record
-}
-
-// final reports whether the client was given the call's final result.
-func (r *record) final() bool {
-	return r.given == workflows.TurnSucceeded || r.given == workflows.TurnFailed
-}
-
-// give notes the state of a result given to the client at now.
-func (r *record) give(state string, now time.Time) {
-	r.given = state
-	if r.final() && r.delivered.IsZero() {
-		r.delivered = now
-	}
-}
-
-// settled reports whether the client was given the final result of the
-// call and of its held duplicate, if any.
-func (r *record) settled() bool {
-	for x := r; x != nil; x = x.held {
-		if !x.final() {
-			return false
-		}
-	}
-	return true
-}
-
-// expired reports whether the record may be forgotten: every final result
-// of it (and of its held duplicate) was given at least window before now.
-func (r *record) expired(now time.Time, window time.Duration) bool {
-	for x := r; x != nil; x = x.held {
-		if !x.final() || now.Sub(x.delivered) < window {
-			return false
-		}
-	}
-	return true
-}
-
-// flight is an unkeyed write call in progress; identical calls that arrive
-// meanwhile wait for done and are given res (nil: the call sent nothing,
-// so the next one leads).
-type flight struct {
-	done chan struct{}
-	res  *mcp.CallToolResult
+	load   sync.Mutex    // held while the session's turns are read (see number)
+	loaded bool          // next was read from the session (load guards it)
+	next   int           // next turn the gateway numbers (g.mu guards it)
+	used   time.Time
 }
 
 // New returns an MCP server that serves every registered, non-reversal tool
@@ -272,6 +226,9 @@ type flight struct {
 func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 	if plans == nil || tools == nil {
 		return nil, errors.New("mcpgw: plans and tools are required: pass a *sagaclient.Client and the worker's tool registry")
+	}
+	if o.Calls == nil {
+		return nil, errors.New("mcpgw: Options.Calls is required: pass the workers' ledger (ledgerdb.Open of its DSN), where every gateway process keeps the calls sent without a key")
 	}
 	if o.DuplicateWindow < 0 || o.CallTimeout < 0 || o.ProgressInterval < 0 || o.PersonWait < 0 {
 		return nil, fmt.Errorf("mcpgw: duplicate window %s, call timeout %s, progress interval %s and person wait %s must not be negative: use 0 for the defaults",
@@ -306,9 +263,10 @@ func New(plans Plans, tools *tool.Registry, o Options) (*mcp.Server, error) {
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "agentsaga", Title: "agentsaga MCP gateway", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: "Every tool call runs once per intent: a call resent with the same _meta \"agentsaga/key\" (a string you keep " +
-			"for the call) is answered from its first run. Without a key, an identical write repeated before you were given its final result " +
-			"is answered from the first call, and one repeated within " + o.DuplicateWindow.String() +
-			" after you were given its success is held as a suspected duplicate. A call that waits for a person says so; call it again the same way later for its result. " +
+			"for the call) is answered from its first run. Without a key, an identical write you repeat before you were given its final result " +
+			"is the same call, through any connection or gateway (answered from the first), and one repeated within " + o.DuplicateWindow.String() +
+			" after you were given its success is held for a person as a suspected duplicate. To mean an identical write twice, send each with its own _meta \"agentsaga/key\" (or \"agentsaga/turn\"). " +
+			"A call that waits for a person says so; call it again the same way later for its result. " +
 			"A call sent with a progressToken stays open until the person decides (at most " + o.PersonWait.String() + "), with progress notifications every " +
 			o.ProgressInterval.String() + ": reset your request timeout on progress.",
 	})
@@ -366,71 +324,79 @@ func (g *gateway) sessionOf(ss *mcp.ServerSession, explicit string) string {
 }
 
 // state returns the state of session, made on first use, and forgets
-// sessions idle for longer than the window whose calls' final results were
-// all given longer than the window ago.
+// sessions no call has used for longer than the window (a session met
+// again reads its turns again, see load).
 func (g *gateway) state(session string) *sessionState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.o.Now()
 	for id, st := range g.states {
-		if id != session && now.Sub(st.used) > g.o.DuplicateWindow && st.idle(now, g.o.DuplicateWindow) {
+		if id != session && now.Sub(st.used) > g.o.DuplicateWindow && st.idle() {
 			delete(g.states, id)
 		}
 	}
 	st, ok := g.states[session]
 	if !ok {
-		st = &sessionState{lock: make(chan struct{}, 1), writes: map[string]*record{}, flights: map[string]*flight{}}
+		st = &sessionState{lock: make(chan struct{}, 1)}
 		g.states[session] = st
 	}
 	st.used = now
 	return st
 }
 
-// idle reports whether no call holds the session and every remembered
-// call's final result was given at least window before now. Called with
-// g.mu held.
-func (st *sessionState) idle(now time.Time, window time.Duration) bool {
-	if len(st.flights) > 0 {
-		return false
-	}
+// idle reports whether no call holds the session. Called with g.mu held.
+func (st *sessionState) idle() bool {
 	select {
 	case st.lock <- struct{}{}:
 		<-st.lock
+		return true
 	default:
 		return false
 	}
-	for _, r := range st.writes {
-		if !r.expired(now, window) {
-			return false
-		}
-	}
-	return true
 }
 
-// load sets the next turn the gateway numbers: after the session's highest
-// turn below KeyedTurnBase, or 1 for a session that does not exist yet.
-func (g *gateway) load(ctx context.Context, session string, st *sessionState) error {
-	if st.loaded {
-		return nil
-	}
-	s, err := g.plans.Status(ctx, workflows.SessionWorkflowID(session))
-	var notFound *serviceerror.NotFound
-	switch {
-	case errors.As(err, &notFound):
-		st.next = max(st.next, 1)
-	case err != nil:
-		return fmt.Errorf("read the turns of session %s before numbering a call: %w (is a worker running? send _meta %q to name the turn yourself)", session, err, MetaKey)
-	default:
+// number returns the next turn the gateway numbers in the session: after
+// the session's highest turn below KeyedTurnBase (read once, when the
+// gateway first meets the session), or 1 for a session that does not exist
+// yet. Each number is given once, so a call may claim its turn before it
+// takes the session's queue; a number claimed and never sent leaves a gap.
+func (g *gateway) number(ctx context.Context, session string, st *sessionState) (int, error) {
+	st.load.Lock()
+	defer st.load.Unlock()
+	if !st.loaded {
+		s, err := g.plans.Status(ctx, workflows.SessionWorkflowID(session))
+		var notFound *serviceerror.NotFound
 		high := 0
-		for _, step := range s.Steps {
-			if step.Turn < KeyedTurnBase {
-				high = max(high, step.Turn)
+		switch {
+		case errors.As(err, &notFound):
+		case err != nil:
+			return 0, fmt.Errorf("read the turns of session %s before numbering a call: %w (is a worker running? send _meta %q to name the turn yourself)", session, err, MetaKey)
+		default:
+			for _, step := range s.Steps {
+				if step.Turn < KeyedTurnBase {
+					high = max(high, step.Turn)
+				}
 			}
 		}
+		g.mu.Lock()
 		st.next = max(st.next, high+1)
+		g.mu.Unlock()
+		st.loaded = true
 	}
-	st.loaded = true
-	return nil
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := st.next
+	st.next++
+	return n, nil
+}
+
+// named notes a turn the client named, so the gateway numbers after it.
+func (g *gateway) named(st *sessionState, turn int) {
+	if turn < KeyedTurnBase {
+		g.mu.Lock()
+		st.next = max(st.next, turn+1)
+		g.mu.Unlock()
+	}
 }
 
 // call runs one tools/call.
@@ -455,141 +421,61 @@ func (g *gateway) call(ctx context.Context, spec tool.Spec, req *mcp.CallToolReq
 	if err != nil {
 		return refusal(out, err.Error())
 	}
-
 	st := g.state(out.Session)
-	if !spec.Class.IsWrite() || meta.turn != 0 {
-		if res := g.run(ctx, st, spec, meta, id, out, step); res != nil {
-			return res
+	if spec.Class.IsWrite() {
+		k := keyless{g: g, caller: g.callerOf(req, meta.session, out.Session), id: id, step: step}
+		if meta.turn == 0 {
+			return k.call(ctx, st, out)
 		}
-		return refusal(out, "the call was cancelled while an earlier call of the session ran: nothing was sent")
+		res := g.run(ctx, st, meta, out, step)
+		if res == nil {
+			return refusal(out, "the call was cancelled while an earlier call of the session ran: nothing was sent")
+		}
+		k.keyed(ctx, res)
+		return res
 	}
-	// An unkeyed write: an identical call in progress is this call.
-	for {
-		g.mu.Lock()
-		f := st.flights[id]
-		if f == nil {
-			f = &flight{done: make(chan struct{})}
-			st.flights[id] = f
-			g.mu.Unlock()
-			res := g.run(ctx, st, spec, meta, id, out, step)
-			g.mu.Lock()
-			f.res = clone(res) // the SDK writes to the result it is given: each call gets its own
-			delete(st.flights, id)
-			g.mu.Unlock()
-			close(f.done)
-			if res == nil {
-				return refusal(out, "the call was cancelled while an earlier call of the session ran: nothing was sent")
-			}
-			return res
-		}
-		g.mu.Unlock()
-		g.log.Info("mcp: an identical call of the session is in progress: this call attaches to it", "tool", out.Tool, "session", out.Session)
-		select {
-		case <-f.done:
-			if f.res != nil {
-				return clone(f.res)
-			}
-			// The call in progress was cancelled before it sent
-			// anything: this one leads now.
-		case <-ctx.Done():
-			return refusal(out, "the call was cancelled while an identical call of the session ran: nothing was sent by this call; call again the same way to read that call's result")
-		}
+	if res := g.run(ctx, st, meta, out, step); res != nil {
+		return res
 	}
+	return refusal(out, "the call was cancelled while an earlier call of the session ran: nothing was sent")
 }
 
-// clone copies a result so that two calls never share one (nil stays nil).
-func clone(r *mcp.CallToolResult) *mcp.CallToolResult {
-	if r == nil {
+// run runs a read or a keyed call (one that names its turn), in its
+// session's queue. It returns nil if ctx ended before the call's turn in
+// the queue (nothing was sent).
+func (g *gateway) run(ctx context.Context, st *sessionState, meta callMeta, out Result, step plan.Step) *mcp.CallToolResult {
+	lk, ok := g.lock(ctx, st)
+	if !ok {
 		return nil
 	}
-	c := *r
-	c.Content = slices.Clone(r.Content)
-	c.Meta = maps.Clone(r.Meta)
-	return &c
-}
-
-// run runs one call, in its session's queue. It returns nil if ctx ended
-// before the call's turn in the queue (nothing was sent).
-func (g *gateway) run(ctx context.Context, st *sessionState, spec tool.Spec, meta callMeta, id string, out Result, step plan.Step) *mcp.CallToolResult {
-	select {
-	case st.lock <- struct{}{}:
-	case <-ctx.Done():
-		return nil
-	}
-	lk := &sessionLock{st: st, held: true}
 	defer lk.unlock()
-	now := g.o.Now()
-	write := spec.Class.IsWrite()
-	prev := st.writes[id]
-	if prev != nil && prev.expired(now, g.o.DuplicateWindow) {
-		delete(st.writes, id)
-		prev = nil
-	}
-
-	var rec *record
-	remember := true
-	switch {
-	case meta.turn != 0:
+	if meta.turn != 0 {
 		out.Turn = meta.turn
-		if meta.turn < KeyedTurnBase {
-			st.next = max(st.next, meta.turn+1)
-		}
-		if write {
-			if prev != nil && prev.turn == meta.turn {
-				rec = prev
-			} else {
-				rec = &record{turn: meta.turn, step: step, at: now}
-				// An identical call whose client still waits for its
-				// final result stays the one later calls repeat.
-				remember = prev == nil || prev.settled()
-			}
-		}
-	case write && prev != nil && !prev.final():
-		// A repeat of a call whose final result the client has not had:
-		// read that turn again under its own key.
-		out.Turn, rec = prev.turn, prev
-	case write && prev != nil && prev.given == workflows.TurnSucceeded:
-		return g.hold(ctx, lk, id, out, prev, step, now)
-	default:
-		if err := g.load(ctx, out.Session, st); err != nil {
+		g.named(st, meta.turn)
+	} else {
+		n, err := g.number(ctx, out.Session, st)
+		if err != nil {
 			return refusal(out, err.Error())
 		}
-		out.Turn = st.next
-		st.next++
-		if write {
-			rec = &record{turn: out.Turn, step: step, at: now}
-		}
+		out.Turn = n
 	}
-	if rec != nil && remember {
-		st.writes[id] = rec
-	}
-	out.Key = plan.Key(out.Session, out.Turn, 1, spec.Name)
-
+	out.Key = plan.Key(out.Session, out.Turn, 1, step.Tool)
 	res, err := g.send(ctx, out.Session, out.Turn, meta.key, step)
-	if err == nil {
-		var ok bool
-		if res, ok = g.await(ctx, lk, out.Session, out.Turn, meta.key, step, res); !ok {
-			// The client went away while a person decided: it is not
-			// given this result, so it is not noted as given.
-			return render(fill(out, res))
-		}
-	}
 	if err != nil {
-		if rec != nil && rec != prev && refused(err) {
-			// The session refused the turn: nothing ran, so this call is
-			// not remembered (the earlier one, if any, is again).
-			if prev != nil {
-				st.writes[id] = prev
-			} else {
-				delete(st.writes, id)
-			}
-		}
 		return g.failure(out, err)
 	}
-	if rec != nil {
-		rec.give(res.State, g.o.Now())
-	}
+	res, _ = g.await(ctx, lk, out.Session, out.Turn, meta.key, step, res)
 	return render(fill(out, res))
+}
+
+// lock takes the session's queue, or returns false when ctx ends first.
+func (g *gateway) lock(ctx context.Context, st *sessionState) (*sessionLock, bool) {
+	select {
+	case st.lock <- struct{}{}:
+		return &sessionLock{st: st, held: true}, true
+	case <-ctx.Done():
+		return nil, false
+	}
 }
 
 // runningPoll is how often a turn read again while it runs (a repeat sent
@@ -619,61 +505,6 @@ func (g *gateway) send(ctx context.Context, session string, turn int, key string
 		case <-time.After(runningPoll):
 		}
 	}
-}
-
-// hold answers a suspected duplicate: it becomes a new turn whose step asks
-// a person first (plan.Step.Hold), with the earlier call named on the
-// question's card. Nothing runs unless a person approves; repeating the call
-// reads that same turn again, also after the person decided (a rejection
-// stands). An approved second effect becomes the call to compare later ones
-// with.
-func (g *gateway) hold(ctx context.Context, lk *sessionLock, id string, out Result, prev *record, step plan.Step, now time.Time) *mcp.CallToolResult {
-	st := lk.st
-	earlier := plan.Key(out.Session, prev.turn, 1, out.Tool)
-	h := &Held{Reason: "suspected_duplicate", Turn: prev.turn, Key: earlier, At: prev.at.UTC(),
-		Window: g.o.DuplicateWindow.String(), HeldUntil: prev.delivered.Add(g.o.DuplicateWindow).UTC(), EarlierState: prev.given}
-	rec := prev.held
-	if rec == nil {
-		if err := g.load(ctx, out.Session, st); err != nil {
-			return refusal(out, err.Error())
-		}
-		step.Hold = tool.Clip(fmt.Sprintf("suspected duplicate of %s (the same %s with the same arguments %s earlier, sent without _meta %q): approve only if a second, separate effect is wanted",
-			earlier, out.Tool, now.Sub(prev.at).Round(time.Second), MetaKey), plan.MaxHoldLen-len("..."))
-		rec = &record{turn: st.next, step: step, at: now}
-		st.next++
-		prev.held = rec
-		g.log.Warn("mcp: a suspected duplicate write waits for a person", "tool", out.Tool, "session", out.Session, "duplicate_of", earlier, "age", now.Sub(prev.at).Round(time.Second))
-	}
-	out.Turn = rec.turn
-	out.Key = plan.Key(out.Session, rec.turn, 1, out.Tool)
-	res, err := g.send(ctx, out.Session, rec.turn, "", rec.step)
-	if err == nil {
-		var ok bool
-		if res, ok = g.await(ctx, lk, out.Session, rec.turn, "", rec.step, res); !ok {
-			out = fill(out, res)
-			out.Held = h
-			return render(out)
-		}
-	}
-	if err != nil {
-		if refused(err) && rec.given == "" {
-			prev.held = nil // the session refused the held turn: nothing was held
-		}
-		return g.failure(out, err)
-	}
-	rec.give(res.State, g.o.Now())
-	if res.State == workflows.TurnSucceeded {
-		st.writes[id] = rec // a person approved a second effect: compare later calls with it
-	}
-	out = fill(out, res)
-	out.Held = h
-	verdict := "it runs only if a person approves it (the question below); call it again the same way later for its result"
-	if rec.final() {
-		verdict = fmt.Sprintf("it was held for a person as turn %d, whose decision is below and stands: repeating the call reads it again and runs nothing", rec.turn)
-	}
-	out.Message = fmt.Sprintf("SUSPECTED DUPLICATE: this %s call is identical to %s (%s ago) and was sent without _meta %q; %s.\n",
-		out.Tool, earlier, now.Sub(prev.at).Round(time.Second), MetaKey, verdict) + out.Message
-	return render(out)
 }
 
 // checkArgs returns the canonical args of a call, or every problem with

@@ -24,7 +24,7 @@ func newServer(t *testing.T) *mcp.Server {
 	t.Helper()
 	reg, err := demotools.Registry(demotools.Config{})
 	require.NoError(t, err)
-	srv, err := mcpgw.New(newFake(), reg, mcpgw.Options{})
+	srv, err := mcpgw.New(newFake(), reg, mcpgw.Options{Calls: memory(t)})
 	require.NoError(t, err)
 	return srv
 }

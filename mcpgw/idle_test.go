@@ -37,7 +37,7 @@ func TestMCPClosedSessionEndsItsAgentSession(t *testing.T) {
 	f := &enderFake{fakeSessions: newFake(), ended: map[string]string{}}
 	reg, err := demotools.Registry(demotools.Config{})
 	require.NoError(t, err)
-	srv, err := mcpgw.New(f, reg, mcpgw.Options{})
+	srv, err := mcpgw.New(f, reg, mcpgw.Options{Calls: memory(t)})
 	require.NoError(t, err)
 	open := func() *mcp.ClientSession {
 		st, ct := mcp.NewInMemoryTransports()

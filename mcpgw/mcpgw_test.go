@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgersqlite"
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
@@ -177,7 +180,7 @@ func connect(t *testing.T, f *fakeSessions, c *clock) *mcp.ClientSession {
 	t.Helper()
 	reg, err := demotools.Registry(demotools.Config{})
 	require.NoError(t, err)
-	srv, err := mcpgw.New(f, reg, mcpgw.Options{Now: c.now})
+	srv, err := mcpgw.New(f, reg, mcpgw.Options{Calls: memory(t), Now: c.now})
 	require.NoError(t, err)
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := srv.Connect(t.Context(), st, nil)
@@ -550,15 +553,16 @@ func (a *attaches) WithGroup(string) slog.Handler      { return a }
 
 // Four clients (four MCP connections to one gateway) name one session and
 // send the same refund at the same moment, without a key: it is one call.
-// The first is held in flight until the other three have attached to it;
-// all four get its result, one turn, one effect, nobody asked.
+// The first is held in flight until the other three have attached to it
+// (each reads its turn under the turn's own Update ID); all four get its
+// result, one turn, one effect, nobody asked.
 func TestMCPConcurrentIdenticalCallsAreOneCall(t *testing.T) {
 	f, c := newFake(), &clock{t: time.Unix(1_800_000_000, 0)}
 	f.gate = make(chan struct{})
 	reg, err := demotools.Registry(demotools.Config{})
 	require.NoError(t, err)
 	log := &attaches{}
-	srv, err := mcpgw.New(f, reg, mcpgw.Options{Now: c.now, Logger: slog.New(log)})
+	srv, err := mcpgw.New(f, reg, mcpgw.Options{Calls: memory(t), Now: c.now, Logger: slog.New(log)})
 	require.NoError(t, err)
 	clients := make([]*mcp.ClientSession, 4)
 	for i := range clients {
@@ -593,7 +597,9 @@ func TestMCPConcurrentIdenticalCallsAreOneCall(t *testing.T) {
 		require.Nil(t, r["held"])
 	}
 	require.Equal(t, 1, f.count(demotools.ApplyRefund))
-	require.Equal(t, 1, f.sent, "one turn sent")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Len(t, f.turns["shared"], 1, "one turn: each attached call read it under its Update ID")
 }
 
 func TestMCPNumberingContinuesAnExistingSession(t *testing.T) {
@@ -626,11 +632,13 @@ func TestMCPSessionsOfTwoConnectionsAreApart(t *testing.T) {
 func TestMCPNewRefusesBadOptions(t *testing.T) {
 	reg, err := demotools.Registry(demotools.Config{})
 	require.NoError(t, err)
-	_, err = mcpgw.New(nil, reg, mcpgw.Options{})
+	_, err = mcpgw.New(nil, reg, mcpgw.Options{Calls: memory(t)})
 	require.Error(t, err)
-	_, err = mcpgw.New(newFake(), reg, mcpgw.Options{DuplicateWindow: -time.Second})
+	_, err = mcpgw.New(newFake(), reg, mcpgw.Options{})
+	require.ErrorContains(t, err, "Options.Calls is required")
+	_, err = mcpgw.New(newFake(), reg, mcpgw.Options{Calls: memory(t), DuplicateWindow: -time.Second})
 	require.ErrorContains(t, err, "negative")
-	_, err = mcpgw.New(newFake(), reg, mcpgw.Options{Limits: plan.Limits{MaxStringLen: -1}})
+	_, err = mcpgw.New(newFake(), reg, mcpgw.Options{Calls: memory(t), Limits: plan.Limits{MaxStringLen: -1}})
 	require.Error(t, err)
 }
 
@@ -651,4 +659,13 @@ func TestMCPRunningTurnIsReadUntilItSettles(t *testing.T) {
 	require.Equal(t, workflows.TurnSucceeded, r.State, r.Message)
 	require.Equal(t, 3, f.sent, "read twice while running, then settled")
 	require.Equal(t, 1, f.count(demotools.ApplyRefund))
+}
+
+// memory is a fresh ledger for the gateway's memory of keyless calls.
+func memory(t testing.TB) ledger.Store {
+	t.Helper()
+	l, err := ledgersqlite.Open(t.Context(), filepath.Join(t.TempDir(), "ledger.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }

@@ -133,6 +133,9 @@ func (g *gateway) await(ctx context.Context, lk *sessionLock, session string, tu
 		}
 		res = r
 	}
+	if lk.st == nil {
+		return res, p.client.Err() == nil // a call out of any session's queue
+	}
 	select {
 	case lk.st.lock <- struct{}{}:
 		lk.held = true

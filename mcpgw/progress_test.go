@@ -21,6 +21,7 @@ func connectProgress(t *testing.T, f *fakeSessions, o mcpgw.Options, progress ch
 	t.Helper()
 	reg, err := demotools.Registry(demotools.Config{})
 	require.NoError(t, err)
+	o.Calls = memory(t)
 	srv, err := mcpgw.New(f, reg, o)
 	require.NoError(t, err)
 	st, ct := mcp.NewInMemoryTransports()

@@ -139,7 +139,8 @@ func waitingText(out Result) string {
 		}
 	}
 	b.WriteString("\nA person decides (`" + hint + "`). " +
-		"Call this tool again later with the same arguments and the same _meta to read the final result; it will not run twice.")
+		"Call this tool again later with the same arguments and the same _meta to read the final result; it will not run twice, " +
+		"from any connection. To mean a second, separate call, send it with a new _meta \"" + MetaKey + "\" (a new turn).")
 	return b.String()
 }
 

@@ -165,7 +165,9 @@ func description(spec tool.Spec) string {
 		}
 	}
 	if spec.Class.IsWrite() {
-		d = joinDesc(d, "to resend a call safely, send it with the same _meta \"agentsaga/key\" (a string you keep for the call)")
+		d = joinDesc(d, "to resend a call safely, send it with the same _meta \"agentsaga/key\" (a string you keep for the call); "+
+			"without a key, an identical call from you is the same call until you were given its result, whichever connection it comes through; "+
+			"to mean it twice, send each with its own _meta \"agentsaga/key\"")
 	}
 	return d
 }

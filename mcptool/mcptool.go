@@ -79,6 +79,12 @@ type Tool struct {
 	// ExternalID is a JSON pointer into the answer's data (see Data) to the
 	// effect's id; empty means the call has none.
 	ExternalID string
+	// Item is a JSON pointer to the effect inside a write's own answer
+	// (the item its lookup reads, such as /entities/0): the Result's data
+	// is that item, so Match fields are read in the same place whether the
+	// effect was answered or found by the lookup. Empty, or a pointer the
+	// answer does not hold, leaves the whole answer.
+	Item string
 	// Lookup looks a write's effect up after a lost answer; nil for reads
 	// and for writes that declare NoLookup.
 	Lookup *Lookup
@@ -161,6 +167,13 @@ func (t *Tool) Execute(ctx context.Context, call tool.Call) (tool.Result, error)
 		// outcome is unknown and the lookup settles it.
 		return tool.Result{}, tool.Fail(tool.KindUnknown, CodeTooLarge,
 			fmt.Errorf("%s: upstream tool %s on %s answered with over %d bytes, which cannot be kept whole: the outcome is unknown, reconcile through the lookup", t.Def.Name, t.Upstream, t.Server.Name, MaxAnswerBytes))
+	}
+	if t.Item != "" {
+		if v, ok := pointer(data, t.Item); ok {
+			if item, err := json.Marshal(v); err == nil {
+				out.Data = item
+			}
+		}
 	}
 	return out, nil
 }

@@ -611,6 +611,20 @@ func (c *Client) Turn(ctx context.Context, session string, t workflows.TurnReque
 	return res, nil
 }
 
+// ReadTurn reads turn of session as the session records it now, also once
+// the session has ended (a query, answered from its history).
+func (c *Client) ReadTurn(ctx context.Context, session string, turn int) (workflows.TurnResult, error) {
+	var res workflows.TurnResult
+	v, err := c.c.QueryWorkflow(ctx, workflows.SessionWorkflowID(session), "", workflows.QueryTurn, turn)
+	if err != nil {
+		return res, fmt.Errorf("read turn %d of session %s: %w", turn, session, err)
+	}
+	if err := v.Get(&res); err != nil {
+		return res, fmt.Errorf("decode turn %d of session %s: %w", turn, session, err)
+	}
+	return res, nil
+}
+
 // EndSession ends a session: outcome "failed" compensates every write it
 // made, "succeeded" keeps them. It returns the session's final status.
 func (c *Client) EndSession(ctx context.Context, session, outcome, by string) (workflows.Status, error) {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/redact"
@@ -90,6 +91,8 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	c.register(fs)
 	var m mcpFlags
 	m.register(fs)
+	var l ledgerFlags
+	l.register(fs)
 	pos, err := parse(fs, args, out)
 	if err != nil {
 		return err
@@ -97,6 +100,14 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	if err := m.check(pos); err != nil {
 		return err
 	}
+	// Every gateway process keeps its memory of the calls sent without a
+	// key in the workers' ledger, so a reconnect or another replica is
+	// one caller.
+	calls, err := l.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer calls.Close()
 	sc, closeFn, err := c.dial(ctx, nil)
 	if err != nil {
 		return err
@@ -106,16 +117,17 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	if err != nil {
 		return err
 	}
-	return serveMCP(ctx, sc, tools, m, stdin, out, os.Stderr)
+	return serveMCP(ctx, sc, calls, tools, m, stdin, out, os.Stderr)
 }
 
-// serveMCP serves the gateway over plans until ctx ends (HTTP) or the
+// serveMCP serves the gateway over plans, keeping its memory of keyless
+// calls in calls, until ctx ends (HTTP) or the
 // client closes its side (stdio). Logs go to logw; with --stdio, out
 // carries the protocol and nothing else.
-func serveMCP(ctx context.Context, plans mcpgw.Plans, tools *tool.Registry, m mcpFlags, stdin io.Reader, out, logw io.Writer) error {
+func serveMCP(ctx context.Context, plans mcpgw.Plans, calls ledger.KeylessCalls, tools *tool.Registry, m mcpFlags, stdin io.Reader, out, logw io.Writer) error {
 	log := slog.New(redact.NewHandler(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	srv, err := mcpgw.New(plans, tools, mcpgw.Options{
-		DuplicateWindow: m.window, CallTimeout: m.timeout, PersonWait: m.personWait, Logger: log,
+		Calls: calls, DuplicateWindow: m.window, CallTimeout: m.timeout, PersonWait: m.personWait, Logger: log,
 		Session: sagaclient.SessionOptions{RequestedBy: m.requestedBy},
 	})
 	if err != nil {

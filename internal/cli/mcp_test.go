@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/agentsaga/agentsaga/internal/demotools"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgersqlite"
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
@@ -40,6 +43,15 @@ func (p *mcpPlans) Turn(_ context.Context, session string, t workflows.TurnReque
 
 func (p *mcpPlans) Status(context.Context, string) (workflows.Status, error) {
 	return workflows.Status{}, serviceerror.NewNotFound("no such session")
+}
+
+// mcpLedger is a fresh ledger for the gateway's memory of keyless calls.
+func mcpLedger(t *testing.T) ledger.Store {
+	t.Helper()
+	l, err := ledgersqlite.Open(t.Context(), filepath.Join(t.TempDir(), "ledger.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 func mcpDefaults() mcpFlags {
@@ -116,7 +128,7 @@ func TestMCPServesOverStdio(t *testing.T) {
 	var logs bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- serveMCP(t.Context(), plans, demoRegistry(t), m, inR, outW, &logs)
+		done <- serveMCP(t.Context(), plans, mcpLedger(t), demoRegistry(t), m, inR, outW, &logs)
 		_ = outW.Close()
 	}()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "starter-test", Version: "1"}, nil).
@@ -138,7 +150,7 @@ func TestMCPServesOverStreamableHTTP(t *testing.T) {
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- serveMCP(ctx, &mcpPlans{}, demoRegistry(t), m, strings.NewReader(""), outW, io.Discard)
+		done <- serveMCP(ctx, &mcpPlans{}, mcpLedger(t), demoRegistry(t), m, strings.NewReader(""), outW, io.Discard)
 		_ = outW.Close()
 	}()
 	line, err := bufio.NewReader(outR).ReadString('\n')

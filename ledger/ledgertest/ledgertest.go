@@ -179,6 +179,7 @@ func Run(t *testing.T, h Harness) {
 		{"InvalidRequests", testInvalid},
 		{"Report", testReport},
 		{"AmountIn", testAmountIn},
+		{"KeylessCalls", testKeylessCalls},
 	}
 	if os.Getenv(helperEnv) != "" {
 		// A child process of TwoProcesses runs only that test.
