@@ -66,9 +66,10 @@ const (
 // question is an open wait of a step.
 type question struct {
 	Question
-	decision *Decision // set when a decision was applied
-	checking bool      // a resolve is being checked with the provider
-	notified bool      // its opening was announced to the webhook
+	decision *Decision    // set when a decision was applied
+	checking bool         // a resolve is being checked with the provider
+	notified bool         // its opening was announced to the webhook
+	notify   *notifyChild // its AgentNotify workflow (versionNotifyDelivery)
 }
 
 // Change IDs for workflow.GetVersion: each names a change of the commands
@@ -96,6 +97,10 @@ const (
 	// it names the question. (Update validators always apply them: they
 	// are not replayed.)
 	versionDecisionRules = "decision-rules-v2"
+	// versionNotifyDelivery: a question's notifications are delivered by
+	// an AgentNotify child workflow, at least once until the webhook
+	// answers 2xx, and "aged" no longer waits on "opened".
+	versionNotifyDelivery = "notify-delivery"
 )
 
 // withdrawnPrefix starts the error of a step whose approval was withdrawn.
