@@ -169,6 +169,7 @@ func Run(t *testing.T, h Harness) {
 		{"GivenUpReleasesGuard", testGivenUpReleasesGuard},
 		{"GuardOutlivesPurge", testGuardOutlivesPurge},
 		{"Decisions", testDecisions},
+		{"DecisionLog", testDecisionLog},
 		{"TextNeverRefused", testTextNeverRefused},
 		{"InScope", testInScope},
 		{"SummaryKeptAndRedacted", testSummary},
