@@ -18,7 +18,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/internal/consoleui"
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
@@ -79,6 +81,8 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	c.register(fs)
 	var d decider
 	d.register(fs)
+	var l ledgerFlags
+	l.register(fs)
 	listen := fs.String("listen", defaultConsoleAddr, "where the page is served: a loopback address only (127.0.0.1, [::1] or localhost; port 0 picks a free one)")
 	pos, err := parse(fs, args, out)
 	if err != nil {
@@ -90,6 +94,16 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	addr, err := loopbackListen(*listen)
 	if err != nil {
 		return err
+	}
+	// The decided history comes from the ledger's audit trail when the
+	// console can read it (durable, across restarts); else from what this
+	// console saw decided.
+	var store ledger.Store
+	if dsn, _ := config.LedgerDSN(l.dsn); dsn != "" {
+		if store, err = l.open(ctx); err != nil {
+			return err
+		}
+		defer store.Close()
 	}
 	key, sc, closeFn, err := d.connect(ctx, &c, "console")
 	if err != nil {
@@ -109,6 +123,7 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 		_ = ln.Close()
 		return err
 	}
+	srv.ledger = store
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
 	url := srv.origin + "/#token=" + srv.token
 	if c.json {
@@ -163,6 +178,7 @@ type console struct {
 	operator string
 	verified bool
 	may      map[string]bool // the rights the operator's key was made for
+	ledger   ledger.Store    // the audit trail, for the decided history; nil: what this console saw
 	timeout  time.Duration
 	link     func(string) string
 	origin   string          // http://host:port, as served
@@ -415,7 +431,10 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 		Operator string              `json:"operator"`
 		May      []string            `json:"may"`
 		Decided  []consoleItem       `json:"decided"`
-		Error    string              `json:"error,omitempty"`
+		// DecidedFrom says where Decided comes from: ledger (the audit
+		// trail, durable) or console (what this console saw decided).
+		DecidedFrom string `json:"decided_from"`
+		Error       string `json:"error,omitempty"`
 	}{Now: at.UTC().Format(time.RFC3339), Open: []consoleItem{}}
 	if err != nil {
 		resp.Error = "could not list the plans waiting for a person: " + err.Error()
@@ -446,11 +465,24 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 	if len(problems) > 0 && resp.Error == "" {
 		resp.Error = "status unavailable for " + strings.Join(problems, "; ")
 	}
-	c.remember(resp.Open)
+	c.remember(all)
 	c.settle(ctx, open)
-	c.mu.Lock()
-	resp.Decided = append([]consoleItem{}, c.decided...)
-	c.mu.Unlock()
+	if c.ledger != nil {
+		dq, err := parseDecidedQuery(r.URL.Query(), at)
+		if err != nil {
+			consoleJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "field": err.(*fieldError).field})
+			return
+		}
+		recs, err := c.ledger.DecisionLog(ctx, dq)
+		if err != nil {
+			resp.Error = "could not read the decided questions from the ledger: " + err.Error()
+		}
+		resp.Decided, resp.DecidedFrom = decidedItems(recs, c.link), "ledger"
+	} else {
+		c.mu.Lock()
+		resp.Decided, resp.DecidedFrom = append([]consoleItem{}, c.decided...), "console"
+		c.mu.Unlock()
+	}
 	consoleJSON(w, http.StatusOK, resp)
 }
 

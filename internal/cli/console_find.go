@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"encoding/json"
 	"net/url"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/operators"
+	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // Limits of the console's search (GET /api/questions); each error names the
@@ -187,6 +191,65 @@ func (c *console) rights() []string {
 		if c.may[a] {
 			out = append(out, a)
 		}
+	}
+	return out
+}
+
+// maxDecidedShown bounds the decided questions one answer lists.
+const maxDecidedShown = 200
+
+// parseDecidedQuery reads the decided history's filters: decided_by (who,
+// exactly), outcome (approve, reject, resolve, override, expire, refused)
+// and within (a duration back from at, default 7 days, at most a year).
+func parseDecidedQuery(q url.Values, at time.Time) (ledger.DecisionQuery, error) {
+	dq := ledger.DecisionQuery{By: strings.TrimSpace(q.Get("decided_by")), Kind: q.Get("outcome"), Limit: maxDecidedShown}
+	if len(dq.By) > maxFindText {
+		return dq, badField("decided_by", "decided_by is %d bytes, the limit is %d", len(dq.By), maxFindText)
+	}
+	switch dq.Kind {
+	case "", "approve", "reject", "resolve", "override", "expire", "refused":
+	default:
+		return dq, badField("outcome", "outcome %q is not approve, reject, resolve, override, expire or refused", clipText(dq.Kind, 40))
+	}
+	within := 7 * 24 * time.Hour
+	if v := q.Get("within"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > 366*24*time.Hour {
+			return dq, badField("within", "within %q is not a duration from 1s to 8784h (such as 24h)", clipText(v, 40))
+		}
+		within = d
+	}
+	dq.Since = at.Add(-within)
+	return dq, nil
+}
+
+// decidedItems words audit-trail entries as the page's decided questions.
+func decidedItems(recs []ledger.DecisionRecord, link func(string) string) []consoleItem {
+	out := []consoleItem{}
+	for _, d := range recs {
+		var card workflows.Card
+		_ = json.Unmarshal(d.Card, &card) // an entry without a card shows none
+		toolName, _, _ := strings.Cut(card.Change, ":")
+		verdict := map[string]string{"approve": "approved", "reject": "rejected", "override": "approved with override",
+			"expire": "expired", "refused": "refused: " + d.Refused}[d.Kind]
+		if d.Kind == "resolve" {
+			verdict = "resolved " + d.Outcome
+		}
+		if verdict == "" {
+			verdict = d.Kind
+		}
+		if d.ExternalID != "" {
+			verdict += " (external id " + d.ExternalID + ")"
+		}
+		seen := "no card digest recorded (decided by a client that sends none)"
+		if d.CardDigest != "" {
+			seen = "card digest " + d.CardDigest + " recorded with the decision"
+		}
+		out = append(out, consoleItem{
+			WorkflowID: d.WorkflowID, QuestionID: d.QuestionID, Key: d.Key, Tool: toolName, Amount: card.Amount, Object: card.Object,
+			Lines: cardLines(card), Answers: []string{}, UI: link(d.WorkflowID),
+			Decision: &consoleDecision{By: d.By, Verified: d.Verified, At: d.AppliedAt.UTC().Format(time.RFC3339), Verdict: verdict, Note: d.Note, CardSeen: seen},
+		})
 	}
 	return out
 }

@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/workflows"
 )
 
 func findItems() []consoleItem {
@@ -116,4 +120,30 @@ func FuzzParseFind(f *testing.F) {
 			t.Fatalf("page of %d (size %d), total %d, n %d", len(page), fl.size, total, n)
 		}
 	})
+}
+
+// The decided history's filters are bounded and named; entries of the
+// audit trail are worded with what was decided, by whom, on which card.
+func TestConsoleDecidedFromTheLedger(t *testing.T) {
+	at := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	v, _ := url.ParseQuery("decided_by=bob&outcome=reject&within=24h")
+	dq, err := parseDecidedQuery(v, at)
+	require.NoError(t, err)
+	require.Equal(t, ledger.DecisionQuery{By: "bob", Kind: "reject", Since: at.Add(-24 * time.Hour), Limit: maxDecidedShown}, dq)
+	for q, want := range map[string]string{"outcome=delete": `outcome "delete" is not`, "within=forever": `within "forever" is not a duration`, "within=9000h": "is not a duration from 1s"} {
+		v, _ := url.ParseQuery(q)
+		_, err := parseDecidedQuery(v, at)
+		require.ErrorContains(t, err, want, q)
+	}
+	card, _ := json.Marshal(workflows.Card{Change: "apply_refund: refund", Amount: "600.00 EUR", Object: "order_id ord_1"})
+	items := decidedItems([]ledger.DecisionRecord{
+		{WorkflowID: "agent-plan:s:1", QuestionID: "q1", Key: "s:1:1:apply_refund", Kind: "reject", By: "bob", Verified: true, AppliedAt: at, Card: card, Note: "not ours", CardDigest: "sha256:ab"},
+		{WorkflowID: "agent-plan:t:1", QuestionID: "q2", Kind: "resolve", By: "alice", Outcome: "succeeded", ExternalID: "msg_1"},
+	}, func(id string) string { return "ui/" + id })
+	require.Len(t, items, 2)
+	require.Equal(t, "rejected", items[0].Decision.Verdict)
+	require.Equal(t, "apply_refund", items[0].Tool)
+	require.Equal(t, "600.00 EUR", items[0].Amount)
+	require.Contains(t, items[0].Decision.CardSeen, "sha256:ab")
+	require.Equal(t, "resolved succeeded (external id msg_1)", items[1].Decision.Verdict)
 }

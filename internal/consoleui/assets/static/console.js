@@ -22,6 +22,8 @@
   const noneEl = document.getElementById('none');
   const countEl = document.getElementById('open-count');
   const filters = document.getElementById('filters');
+  const decidedFilters = document.getElementById('decided-filters');
+  const decidedFrom = document.getElementById('decided-from');
   const shown = new Map(); // question key -> its article
   let refreshing = null;
 
@@ -204,6 +206,10 @@
       const v = filters[name].value.trim();
       if (v !== '') p.set(name, v);
     }
+    for (const name of ['decided_by', 'outcome', 'within']) {
+      const v = decidedFilters[name].value.trim();
+      if (v !== '') p.set(name, v);
+    }
     if (deep) { p.set('plan', deep.workflow); p.set('view', 'all'); }
     p.set('page', String(page));
     return p.toString();
@@ -233,6 +239,8 @@
       if (!want.has(k) && art.dataset.done !== 'true') { art.remove(); shown.delete(k); }
     }
     decidedEl.replaceChildren(...data.decided.map(decidedArticle));
+    decidedFrom.textContent = data.decided_from === 'ledger' ? '(from the ledger\u2019s audit trail)' : '(since this console started; give it --ledger for the audit trail)';
+    decidedFilters.hidden = data.decided_from !== 'ledger';
     fillSelect(filters.kind, data.facets.kind);
     fillSelect(filters.tool, data.facets.tool);
     fillSelect(filters.system, data.facets.system);
@@ -311,6 +319,9 @@
   filters.addEventListener('change', restart);
   filters.addEventListener('input', () => { clearTimeout(typing); typing = setTimeout(restart, 300); });
   filters.addEventListener('submit', (e) => { e.preventDefault(); restart(); });
+  decidedFilters.addEventListener('change', () => refresh());
+  decidedFilters.addEventListener('input', () => { clearTimeout(typing); typing = setTimeout(refresh, 300); });
+  decidedFilters.addEventListener('submit', (e) => { e.preventDefault(); refresh(); });
   prevBtn.addEventListener('click', () => { if (page > 1) { page--; moveOn(); } });
   nextBtn.addEventListener('click', () => { if (page < pages) { page++; moveOn(); } });
   function moveOn() {
