@@ -92,12 +92,14 @@ func startConsoleOn(t *testing.T, st *devstack.Stack, keyFile, listen string) st
 
 // browserResult is what console.mjs saw.
 type browserResult struct {
-	Card       string `json:"card"`
-	CardDigest string `json:"card_digest"`
-	Age        string `json:"age"`
-	Expiry     string `json:"expiry"`
-	Decided    string `json:"decided"`
-	URL        string `json:"url_after_login"`
+	Card       string   `json:"card"`
+	CardDigest string   `json:"card_digest"`
+	Age        string   `json:"age"`
+	Expiry     string   `json:"expiry"`
+	Decided    string   `json:"decided"`
+	URL        string   `json:"url_after_login"`
+	Buttons    []string `json:"buttons"`
+	Does       string   `json:"does"`
 }
 
 // runBrowser runs console.mjs with env and returns what it saw.
@@ -291,6 +293,8 @@ func TestConsoleResolvesALostEmailInTheBrowser(t *testing.T) {
 	require.Equal(t, workflows.CardDigest(waiting.Questions[0].Card), seen.CardDigest)
 	require.Contains(t, seen.Decided, "alice (verified)")
 	require.Contains(t, seen.Decided, mailID)
+	require.Equal(t, []string{"failed", "succeeded", "retry"}, seen.Buttons, "one order for every kind: no effect first, the riskier last, none the default")
+	require.Contains(t, seen.Does, "a second effect (a second e-mail", "the card says what retry will do")
 
 	final, err := st.Plans.WaitRun(ctx, run)
 	require.NoError(t, err)
@@ -439,19 +443,21 @@ func TestConsoleFindsWorkInTheBrowser(t *testing.T) {
 	waitStatus(ctx, t, st, last, questionOn(1, workflows.QuestionApproval))
 
 	var seen struct {
-		MineOutcome    int    `json:"mine_outcome"`
-		ResolveButtons int    `json:"resolve_buttons"`
-		AllOutcome     int    `json:"all_outcome"`
-		OutcomeButtons int    `json:"outcome_buttons"`
-		OutcomeNote    string `json:"outcome_note"`
-		Page1          int    `json:"page1"`
-		Page2          int    `json:"page2"`
-		One            string `json:"one"`
-		Largest        string `json:"largest"`
-		BadAmount      string `json:"bad_amount"`
+		MineOutcome    int      `json:"mine_outcome"`
+		ApprovalOrder  []string `json:"approval_buttons"`
+		ResolveButtons int      `json:"resolve_buttons"`
+		AllOutcome     int      `json:"all_outcome"`
+		OutcomeButtons int      `json:"outcome_buttons"`
+		OutcomeNote    string   `json:"outcome_note"`
+		Page1          int      `json:"page1"`
+		Page2          int      `json:"page2"`
+		One            string   `json:"one"`
+		Largest        string   `json:"largest"`
+		BadAmount      string   `json:"bad_amount"`
 	}
 	runBrowserInto(ctx, t, &seen, "CONSOLE_URL="+startConsole(t, st, bobFile), "SCENARIO=find", "PLAN=it-find-", "PREFIX=ord_find_")
 	require.Zero(t, seen.MineOutcome, "the default view holds only what bob may decide")
+	require.Equal(t, []string{"reject", "approve"}, seen.ApprovalOrder, "no effect first, no default")
 	require.Zero(t, seen.ResolveButtons)
 	require.Equal(t, 1, seen.AllOutcome)
 	require.Zero(t, seen.OutcomeButtons, "no button for a right bob lacks")

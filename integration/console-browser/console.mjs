@@ -104,11 +104,13 @@ async function resolve(page, wid) {
   await art.waitFor();
   const cardText = await art.locator('dl.card').innerText();
   const digest = (await art.locator('.digest').innerText()).replace(/^card /, '');
+  const buttons = await art.locator('button[data-action]').evaluateAll((bs) => bs.map((b) => b.dataset.action + (b.classList.contains('ok') ? ':default' : '')));
+  const does = await art.locator('ul.does').innerText();
   await art.locator('textarea[name="reason"]').fill(need('REASON'));
   if (env.EXTERNAL_ID) await art.locator('input[name="external_id"]').fill(env.EXTERNAL_ID);
   await art.locator(`button[data-action="${outcome}"]`).click();
   const done = await decided(page, wid, 'resolved ' + outcome, art);
-  return { card: cardText, card_digest: digest, decided: await done.innerText() };
+  return { card: cardText, card_digest: digest, decided: await done.innerText(), buttons, does };
 }
 
 // otherPort visits, in the same browser, a server on another local port
@@ -164,6 +166,7 @@ async function findWork(page) {
   await set('plan', plan);
   await settle(/\(12 matches of \d+ open\)/);
   out.mine_outcome = await page.locator('#open article[data-kind="outcome"]').count();
+  out.approval_buttons = await arts().first().locator('button[data-action]').evaluateAll((bs) => bs.map((b) => b.dataset.action + (b.classList.contains('ok') ? ':default' : '')));
   out.resolve_buttons = await page.locator('button[data-action="succeeded"], button[data-action="retry"]').count();
   await set('view', 'all');
   await settle(/\(13 matches/);

@@ -69,22 +69,27 @@
   function buttonsFor(q) {
     const out = [];
     if (!q.may_decide) return out;
-    const add = (action, label, cls) => {
+    const add = (action, label, cls, does) => {
       const b = el('button', cls, label);
       b.type = 'button';
       b.dataset.action = action;
+      b.title = does;
+      b.dataset.does = does;
       out.push(b);
     };
+    // One order for every kind: the answer that makes no new effect first,
+    // then the one that confirms, then the one that may make a second
+    // effect; none is styled as the default.
     if (q.kind === 'approval') {
-      if (q.clash) add('override', 'Override the clash and approve', 'warn');
-      else add('approve', 'Approve', 'ok');
-      add('reject', 'Reject', 'no');
+      add('reject', 'Reject', 'no', 'the step is not run; the plan compensates what it did');
+      if (q.clash) add('override', 'Override the clash and approve', 'warn', 'runs the step although the card shows a clash or a suspected duplicate');
+      else add('approve', 'Approve', 'warn', 'runs the step once, with the arguments on this card');
     } else {
-      for (const a of q.answers || []) {
-        if (a === 'succeeded') add('succeeded', 'It happened (succeeded)', 'ok');
-        if (a === 'failed') add('failed', 'It did not happen (failed)', 'no');
-        if (a === 'retry') add('retry', 'It did not happen: call again (retry)', 'warn');
-      }
+      const what = q.kind === 'reversal' ? 'the reversal' : 'the call';
+      const has = (a) => (q.answers || []).includes(a);
+      if (has('failed')) add('failed', 'It did not happen (failed)', 'no', 'records that ' + what + ' made no effect; nothing is called');
+      if (has('succeeded')) add('succeeded', 'It happened (succeeded)', 'warn', 'records that ' + what + ' took effect; nothing is called');
+      if (has('retry')) add('retry', 'Call again (retry)', 'warn', 'calls ' + what + ' again: a second effect (a second e-mail, a second refund) if the first one did happen');
     }
     return out;
   }
@@ -125,10 +130,12 @@
     const row = el('p', 'buttons');
     const buttons = buttonsFor(q);
     if (!q.may_decide) row.append(el('span', 'cannot', 'you may not decide this: it needs the ' + q.needs + ' right'));
+    const does = el('ul', 'does');
+    for (const b of buttons) does.append(el('li', null, b.textContent + ': ' + b.dataset.does));
     row.append(...buttons);
     const result = el('p', 'result');
     result.setAttribute('role', 'alert');
-    form.append(row, result);
+    form.append(row, does, result);
     art.append(form);
 
     for (const b of buttons) {
