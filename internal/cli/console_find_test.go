@@ -147,3 +147,29 @@ func TestConsoleDecidedFromTheLedger(t *testing.T) {
 	require.Contains(t, items[0].Decision.CardSeen, "sha256:ab")
 	require.Equal(t, "resolved succeeded (external id msg_1)", items[1].Decision.Verdict)
 }
+
+// BenchmarkConsoleFind measures the console's search over 10,000 open
+// questions once they are listed (the listing itself, sagaclient's
+// Escalations, still asks each waiting plan for its status).
+func BenchmarkConsoleFind(b *testing.B) {
+	t0 := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	items := make([]consoleItem, 10000)
+	for i := range items {
+		items[i] = consoleItem{WorkflowID: fmt.Sprintf("agent-plan:s%05d:1", i), QuestionID: "q1-step1-approval", Kind: "approval",
+			Tool: "apply_refund", System: "acquirer", Key: fmt.Sprintf("s%05d:1:1:apply_refund", i), Object: fmt.Sprintf("order_id ord_%05d", i),
+			AmountMinor: int64(i * 100), Amount: "x", OpenedAt: t0.Add(time.Duration(i) * time.Second), MayDecide: i%3 != 0,
+			Lines: []cardLine{{"change", "apply_refund: refund a card payment"}, {"rule", "amount_minor > 50000"}}}
+	}
+	for _, q := range []string{"", "q=ord_0999&view=all", "sort=amount&amount_min=500000&page=3"} {
+		v, _ := url.ParseQuery(q)
+		f, err := parseFind(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("query="+q, func(b *testing.B) {
+			for b.Loop() {
+				find(items, f)
+			}
+		})
+	}
+}
