@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,11 +62,13 @@ func consoleBrowser(t *testing.T) (node, dir, chromium string) {
 // returns the URL it printed.
 func startConsole(t *testing.T, st *devstack.Stack, keyFile string) string {
 	t.Helper()
-	return startConsoleOn(t, st, keyFile, "127.0.0.1:0")
+	u, _ := startConsoleOn(t, st, keyFile, "127.0.0.1:0")
+	return u
 }
 
-// startConsoleOn starts the console with keyFile on listen.
-func startConsoleOn(t *testing.T, st *devstack.Stack, keyFile, listen string) string {
+// startConsoleOn starts the console with keyFile on listen; stop stops it
+// (and is called when the test ends).
+func startConsoleOn(t *testing.T, st *devstack.Stack, keyFile, listen string) (u string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -75,19 +79,23 @@ func startConsoleOn(t *testing.T, st *devstack.Stack, keyFile, listen string) st
 		_ = pw.CloseWithError(fmt.Errorf("console ended: %v", err))
 		done <- err
 	}()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done, "the console stops cleanly")
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done, "the console stops cleanly")
+		})
+	}
+	t.Cleanup(stop)
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {
 		if u, ok := strings.CutPrefix(sc.Text(), "open "); ok {
 			go func() { _, _ = io.Copy(io.Discard, pr) }()
-			return u
+			return u, stop
 		}
 	}
 	require.FailNow(t, "the console printed no URL", "%v", sc.Err())
-	return ""
+	return "", stop
 }
 
 // browserResult is what console.mjs saw.
@@ -467,4 +475,41 @@ func TestConsoleFindsWorkInTheBrowser(t *testing.T) {
 	require.Contains(t, seen.One, "ord_find_07")
 	require.Equal(t, "820.00 EUR", seen.Largest)
 	require.Contains(t, seen.BadAmount, "amount_min \"lots\" is not a whole number")
+}
+
+// Issue 36 item 3: a link to one question (/q/{workflow}/{question}, as the
+// webhook sends with --console-url) works after the console restarts: the
+// browser's old session is refused, the page keeps the link, and once the
+// operator opens the new console's link it shows that question alone.
+func TestConsoleDeepLinkSurvivesARestart(t *testing.T) {
+	consoleBrowser(t)
+	st, keyFile := operatorStack(t)
+	ctx := testContext(t, 2*time.Minute)
+	p := newPlan("it-console-deeplink", step(t, "apply_refund", map[string]any{"order_id": "ord_it_deeplink", "amount_minor": 61000, "currency": "EUR", "reason": "late"}))
+	run, err := st.Plans.Start(ctx, p)
+	require.NoError(t, err)
+	q := waitStatus(ctx, t, st, run.WorkflowID, questionOn(1, workflows.QuestionApproval)).Questions[0]
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	profile := t.TempDir()
+	first, stop := startConsoleOn(t, st, keyFile, addr)
+	var before struct {
+		Shown []string `json:"shown"`
+	}
+	runBrowserInto(ctx, t, &before, "CONSOLE_URL="+first, "SCENARIO=login", "PROFILE="+profile)
+	stop()
+	second, _ := startConsoleOn(t, st, keyFile, addr)
+	link := "http://" + addr + "/q/" + url.PathEscape(run.WorkflowID) + "/" + url.PathEscape(q.ID)
+	var seen struct {
+		Refused string   `json:"refused"`
+		Shown   []string `json:"shown"`
+		URL     string   `json:"url"`
+	}
+	runBrowserInto(ctx, t, &seen, "CONSOLE_URL="+second, "SCENARIO=deeplink", "PROFILE="+profile, "LINK="+link)
+	require.Contains(t, seen.Refused, "open the link", "the old session is refused after the restart")
+	require.Equal(t, []string{run.WorkflowID + " " + q.ID}, seen.Shown, "the link shows its question alone")
+	require.Contains(t, seen.URL, "/q/", "the page is back on the question's link")
 }

@@ -31,7 +31,8 @@ async function main() {
   const url = need('CONSOLE_URL');
   const scenario = need('SCENARIO');
   const wid = env.WORKFLOW_ID || '';
-  const dir = mkdtempSync(join(tmpdir(), 'agentsaga-chromium-'));
+  // PROFILE keeps the browser's profile (its storage) across runs.
+  const dir = env.PROFILE || mkdtempSync(join(tmpdir(), 'agentsaga-chromium-'));
   const ctx = await chromium.launchPersistentContext(dir, {
     executablePath: env.CHROMIUM || '/usr/bin/chromium',
     headless: true,
@@ -44,15 +45,20 @@ async function main() {
     const page = ctx.pages()[0] || await ctx.newPage();
     page.setDefaultTimeout(TIMEOUT);
     page.on('console', (m) => {
-      if (m.type() === 'error') problems.push('console error: ' + m.text());
+      // The find scenario sends a bad amount on purpose: its 400 is expected.
+      if (m.type() === 'error' && !(scenario === 'find' && /status of 400/.test(m.text()))) problems.push('console error: ' + m.text());
     });
     page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+    if (scenario === 'deeplink') {
+      console.log(JSON.stringify(await deepLink(page, url)));
+      return;
+    }
     const resp = await page.goto(url);
     if (!resp || !resp.ok()) throw new Error(`opening the console answered ${resp && resp.status()}`);
     if (page.url().includes('token=')) throw new Error('the token stayed in the address: ' + page.url());
     await page.locator('body[data-loaded="true"]').waitFor();
 
-    const scenarios = { approve: () => approve(page, wid, ctx), resolve: () => resolve(page, wid), port: () => otherPort(page, ctx), find: () => findWork(page) };
+    const scenarios = { login: async () => ({ shown: await shownQuestions(page) }), approve: () => approve(page, wid, ctx), resolve: () => resolve(page, wid), port: () => otherPort(page, ctx), find: () => findWork(page) };
     if (!scenarios[scenario]) throw new Error('unknown SCENARIO ' + scenario);
     const out = await scenarios[scenario]();
     if (problems.length) throw new Error(problems.join('; '));
@@ -60,7 +66,7 @@ async function main() {
     console.log(JSON.stringify(out));
   } finally {
     await ctx.close();
-    rmSync(dir, { recursive: true, force: true });
+    if (!env.PROFILE) rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -194,6 +200,24 @@ async function findWork(page) {
   await page.locator('#find-error').filter({ hasText: 'amount_min' }).waitFor();
   out.bad_amount = await page.locator('#find-error').innerText();
   return out;
+}
+
+// shownQuestions lists the open questions on the page: "workflow question".
+async function shownQuestions(page) {
+  return page.locator('#open article').evaluateAll((as) => as.map((a) => a.dataset.workflow + ' ' + a.dataset.question));
+}
+
+// deepLink opens LINK with the browser's old session (the console was
+// restarted since), then the new console's link, and reports what it saw.
+async function deepLink(page, url) {
+  await page.goto(need('LINK'));
+  await page.locator('#login:not([hidden])').waitFor();
+  const refused = await page.locator('#login').innerText();
+  await page.goto(url);
+  await page.waitForURL(/\/q\//);
+  await page.locator('#open article').first().waitFor();
+  await page.locator('body[data-loaded="true"]').waitFor();
+  return { refused, shown: await shownQuestions(page), url: page.url() };
 }
 
 // uiShot logs in at the codec server (so the UI decodes payloads) and takes
