@@ -513,3 +513,17 @@ func TestConsoleDeepLinkSurvivesARestart(t *testing.T) {
 	require.Equal(t, []string{run.WorkflowID + " " + q.ID}, seen.Shown, "the link shows its question alone")
 	require.Contains(t, seen.URL, "/q/", "the page is back on the question's link")
 }
+
+// Issue 36 item 7: a console started with --by (a typed name) against
+// workers that require signed decisions is refused at start, not at its
+// first decision.
+func TestConsoleByRefusedWhenKeysAreRequired(t *testing.T) {
+	st, _ := operatorStack(t)
+	ctx := testContext(t, time.Minute)
+	run, err := st.Plans.Start(ctx, newPlan("it-console-by", step(t, "apply_refund", map[string]any{"order_id": "ord_it_by", "amount_minor": 61000, "currency": "EUR", "reason": "late"})))
+	require.NoError(t, err)
+	waitStatus(ctx, t, st, run.WorkflowID, questionOn(1, workflows.QuestionApproval))
+	err = cli.Run(ctx, []string{"console", "--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(),
+		"--by", "alice", "--listen", "127.0.0.1:0"}, nil, io.Discard, cli.Config{})
+	require.ErrorContains(t, err, "accept only signed decisions")
+}

@@ -110,7 +110,11 @@ const withdrawnPrefix = "withdrawn"
 // validators) and the signal listeners.
 func (r *run) register(ctx workflow.Context) error {
 	r.st.RunID = workflow.GetInfo(ctx).WorkflowExecution.RunID
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return r.st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
+		st := r.st
+		st.SignedDecisions = r.saga.Operators != nil
+		return st, nil
+	}); err != nil {
 		return fmt.Errorf("register status query: %w", err)
 	}
 	// Decisions arrive as raw JSON, checked as strictly as a plan (see

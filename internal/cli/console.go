@@ -110,6 +110,11 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 		return err
 	}
 	defer closeFn()
+	if key == nil {
+		if err := refuseUnsigned(ctx, sc); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("console: listen on %s: %w (give another --listen, such as 127.0.0.1:0)", addr, err)
@@ -145,6 +150,29 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
+	return nil
+}
+
+// refuseUnsigned refuses a --by console (no key) when the workers require
+// signed decisions, read from a waiting plan's status (the status query
+// says so); with no plan waiting nothing is known yet, and the first
+// decision is refused by the worker instead.
+func refuseUnsigned(ctx context.Context, sc *sagaclient.Client) error {
+	lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	list, err := sc.Escalations(lctx)
+	if err != nil {
+		return nil // the page says what it cannot list
+	}
+	for _, e := range list {
+		st, err := sc.Status(lctx, e.WorkflowID)
+		if err == nil && st.SignedDecisions {
+			return usageErr("console: the workers accept only signed decisions (they have an operators file): start the console with --key FILE (starter operator keygen), not --by")
+		}
+		if err == nil {
+			return nil
+		}
+	}
 	return nil
 }
 
