@@ -323,11 +323,20 @@
   // drops the questions decided here.
   function restart() { page = 1; moveOn(); }
   let typing = null;
-  filters.addEventListener('change', restart);
-  filters.addEventListener('input', () => { clearTimeout(typing); typing = setTimeout(restart, 300); });
+  // A select searches at once; typing searches once it pauses.
+  filters.addEventListener('change', (e) => { if (e.target.tagName === 'SELECT') restart(); });
+  filters.addEventListener('input', (e) => {
+    if (e.target.tagName !== 'INPUT') return;
+    clearTimeout(typing);
+    typing = setTimeout(restart, 300);
+  });
   filters.addEventListener('submit', (e) => { e.preventDefault(); restart(); });
-  decidedFilters.addEventListener('change', () => refresh());
-  decidedFilters.addEventListener('input', () => { clearTimeout(typing); typing = setTimeout(refresh, 300); });
+  decidedFilters.addEventListener('change', (e) => { if (e.target.tagName === 'SELECT') refresh(); });
+  decidedFilters.addEventListener('input', (e) => {
+    if (e.target.tagName !== 'INPUT') return;
+    clearTimeout(typing);
+    typing = setTimeout(refresh, 300);
+  });
   decidedFilters.addEventListener('submit', (e) => { e.preventDefault(); refresh(); });
   prevBtn.addEventListener('click', () => { if (page > 1) { page--; moveOn(); } });
   nextBtn.addEventListener('click', () => { if (page < pages) { page++; moveOn(); } });
