@@ -10,11 +10,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/httptool"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -22,13 +23,17 @@ import (
 	"github.com/agentsaga/agentsaga/tool"
 )
 
-// NotifyName is the activity that tells people about a question.
-const NotifyName = "Notify"
+// NotifyName is the activity that posts one notification; NotifySettingsName
+// the one that tells a workflow whether and how its worker notifies.
+const (
+	NotifyName         = "Notify"
+	NotifySettingsName = "NotifySettings"
+)
 
-// NotifyTool is the ledger's action type of a webhook notification: each is
-// an effect like a tool call's, claimed under its own key, so it is sent at
-// most once per event.
-const NotifyTool = "notify_webhook"
+// NotifyTool is the ledger's action type of a webhook notification: each
+// event is a row under its own key, so a delivered event is never posted
+// again and one not yet acknowledged shows in `starter exceptions`.
+const NotifyTool = ledger.NotifyActionType
 
 // Notification events.
 const (
@@ -38,9 +43,29 @@ const (
 	NotifyExpired = "expired" // it expired without an answer
 )
 
-// Webhook headers: the event's key (receivers may drop a repeat by it), the
-// time it was signed and the signature, hex HMAC-SHA256 with the shared
-// secret of "<timestamp>.<body>".
+// Delivery defaults (see Webhook.RetryFor and Webhook.MaxBackoff).
+const (
+	// DefaultNotifyRetryFor is how long an event is posted again until the
+	// webhook acknowledges it with a 2xx.
+	DefaultNotifyRetryFor = 24 * time.Hour
+	// DefaultNotifyMaxBackoff is the longest wait between two posts of one
+	// event; the waits double from a second up to it.
+	DefaultNotifyMaxBackoff = 10 * time.Minute
+)
+
+// CodeNotifyGaveUp is the ledger error code of a notification the webhook
+// never acknowledged within Webhook.RetryFor (the row is failed_final).
+const CodeNotifyGaveUp = "notify_gave_up"
+
+// MetricNotifications counts the posts of notifications by event and
+// result: delivered (a 2xx), failed (posted again later), gave_up (never
+// acknowledged within the retry period). A receiver that is down shows as
+// failed posts and no delivered ones (deploy/prometheus/alerts.yml).
+const MetricNotifications = "agentsaga_notifications_total"
+
+// Webhook headers: the event's id (receivers process each id once: it is
+// posted again until a 2xx comes back), the time it was signed and the
+// signature, hex HMAC-SHA256 with the shared secret of "<timestamp>.<body>".
 const (
 	HeaderEventID   = "X-Agentsaga-Event-Id"
 	HeaderTimestamp = "X-Agentsaga-Timestamp"
@@ -51,16 +76,23 @@ const (
 // was decided or expired. The zero value sends nothing.
 type Webhook struct {
 	// URL receives each notification as a JSON POST (Slack-compatible:
-	// "text" is the message).
+	// "text" is the message). It may itself be a credential (a Slack or
+	// Teams webhook): its path and query never appear in an error, a log
+	// line or the history (MaskURL).
 	URL string
 	// Secret signs every notification (HeaderSignature).
 	Secret []byte
 	// After is the age past which an open question is notified again
 	// (event "aged"); zero turns it off.
 	After time.Duration
-	// UIURL is the Temporal Web UI's base URL, for the plan's link;
-	// Namespace its namespace.
-	UIURL, Namespace string
+	// RetryFor is how long an event not acknowledged with a 2xx is posted
+	// again, with waits doubling up to MaxBackoff (zero: the defaults).
+	RetryFor, MaxBackoff time.Duration
+	// ConsoleURL is the operator console's base URL (`starter console`):
+	// the notification's link then opens the question there,
+	// {ConsoleURL}/q/{workflow}/{question}. Else UIURL, the Temporal Web
+	// UI's base URL, links the plan in Namespace.
+	ConsoleURL, UIURL, Namespace string
 	// Client sends the requests (default: a client with a 10 s timeout).
 	Client *http.Client
 }
@@ -68,7 +100,7 @@ type Webhook struct {
 // NotifyRequest is one notification: the question, the event and the
 // card's one-line summary.
 type NotifyRequest struct {
-	Key        string `json:"key"` // {workflow}:{question}:{event}
+	Key        string `json:"key"` // {workflow}:{question}:{event}, the event id
 	Event      string `json:"event"`
 	WorkflowID string `json:"workflow_id"`
 	QuestionID string `json:"question_id"`
@@ -76,14 +108,24 @@ type NotifyRequest struct {
 	Step       int    `json:"step"`
 	Summary    string `json:"summary"`
 	By         string `json:"by,omitempty"` // who decided
+	// Decision is what was decided, for event "decided": "approve",
+	// "reject", "override" or the outcome of a resolve ("succeeded",
+	// "failed", "retry").
+	Decision string `json:"decision,omitempty"`
+	// GiveUp asks Notify to record that the event was never acknowledged
+	// within the retry period (its ledger row becomes failed_final); it
+	// posts nothing. The workflow sends it once the retries ran out.
+	GiveUp bool `json:"give_up,omitempty"`
 }
 
 // NotifyResult tells the workflow what the worker's webhook asks of it:
-// whether notifications are on and after how long an open question is
-// notified again.
+// whether notifications are on, after how long an open question is
+// notified again, and how long an event is posted until acknowledged.
 type NotifyResult struct {
-	On    bool          `json:"on"`
-	After time.Duration `json:"after,omitempty"`
+	On         bool          `json:"on"`
+	After      time.Duration `json:"after,omitempty"`
+	RetryFor   time.Duration `json:"retry_for,omitempty"`
+	MaxBackoff time.Duration `json:"max_backoff,omitempty"`
 }
 
 // notification is the body a webhook receives.
@@ -93,18 +135,44 @@ type notification struct {
 	Link      string        `json:"link,omitempty"`
 }
 
-// Notify posts one notification to the webhook, at most once per event: it
-// claims the event's key in the ledger first, so a retry after the post may
-// have left (a lost answer, a worker killed mid-call) never posts again,
-// and only a post provably not sent (no connection) is tried again. A dead
-// webhook ends in an error the workflow logs; it never holds the plan.
+// settings are what the workflow needs to know of w.
+func (w *Webhook) settings() NotifyResult {
+	if w == nil || w.URL == "" {
+		return NotifyResult{}
+	}
+	res := NotifyResult{On: true, After: w.After, RetryFor: w.RetryFor, MaxBackoff: w.MaxBackoff}
+	if res.RetryFor <= 0 {
+		res.RetryFor = DefaultNotifyRetryFor
+	}
+	if res.MaxBackoff <= 0 {
+		res.MaxBackoff = DefaultNotifyMaxBackoff
+	}
+	return res
+}
+
+// NotifySettings tells the workflow whether this worker notifies, and how.
+func (a *Activities) NotifySettings(context.Context) (NotifyResult, error) {
+	return a.Webhook.settings(), nil
+}
+
+// Notify posts one notification to the webhook, at least once: every post
+// not answered with a 2xx (refused, not reached, or whose answer was lost)
+// is an error the workflow retries with backoff for the webhook's RetryFor,
+// so a receiver may see an event twice and must process each event id
+// (HeaderEventID) once. The event's ledger row holds what happened: a
+// delivered event is never posted again (the claim replays it), one not
+// acknowledged yet is unknown (listed by `starter exceptions` until it is
+// delivered), one given up is failed_final with CodeNotifyGaveUp.
 func (a *Activities) Notify(ctx context.Context, req NotifyRequest) (NotifyResult, error) {
 	w := a.Webhook
-	if w == nil || w.URL == "" {
-		return NotifyResult{}, nil
+	res := w.settings()
+	if !res.On {
+		return res, nil
 	}
-	res := NotifyResult{On: true, After: w.After}
 	info := activity.GetInfo(ctx)
+	if req.GiveUp {
+		return res, a.notifyGiveUp(ctx, req)
+	}
 	executor := info.ActivityID + "#" + strconv.Itoa(int(info.Attempt))
 	claim, err := a.Ledger.Claim(ctx, ledger.ClaimRequest{
 		Key: req.Key, ActionType: NotifyTool, RequestHash: "notify:" + req.Event, WorkflowID: req.WorkflowID,
@@ -112,36 +180,62 @@ func (a *Activities) Notify(ctx context.Context, req NotifyRequest) (NotifyResul
 		Summary: redact.String("notify " + req.Event + " " + req.QuestionID),
 	})
 	if err != nil {
-		return res, fmt.Errorf("claim notification %s in the ledger: %w", req.Key, err)
+		return res, retryable(info.Attempt, ErrLedger, "claim notification %s in the ledger: %v (nothing was posted; check the ledger database)", req.Key, err)
 	}
-	if claim.Verdict != ledger.Execute {
-		// Sent before, or may have been (unknown): never twice.
-		return res, nil
+	switch claim.Verdict {
+	case ledger.Replay:
+		return res, nil // delivered before: never again
+	case ledger.Execute, ledger.ReconcileFirst:
+		// Not acknowledged yet (or never tried): post it (again); the
+		// receiver drops a repeat by its event id.
+	case ledger.InFlight:
+		return res, retryable(info.Attempt, "NotifyInFlight", "notification %s is being posted by another attempt: %s", req.Key, claim.Reason)
+	default:
+		return res, final(info.Attempt, "NotifyClosed", "notification %s is not posted again: %s", req.Key, claim.Reason)
 	}
-	body, err := json.Marshal(notification{Text: redact.String(text(req)), Agentsaga: req, Link: w.link(req.WorkflowID)})
+	body, err := json.Marshal(notification{Text: redact.String(text(req)), Agentsaga: req, Link: w.link(req)})
 	if err != nil {
 		return res, err
 	}
-	// httptool tells a post that never left from one that may have
-	// arrived, and never lets net/http resend it on its own.
 	sendErr := w.post(ctx, req.Key, body)
 	done := ledger.Completion{Key: req.Key, Executor: executor, Status: ledger.Succeeded}
+	result := "delivered"
 	if sendErr != nil {
-		kind := tool.KindOf(sendErr)
-		done.Status, done.ErrorCode = ledgerStatus(kind), string(kind)+":"+tool.CodeOf(sendErr)
+		// Not acknowledged: whether it arrived or not, it is posted again.
+		done.Status, done.ErrorCode = ledger.Unknown, string(tool.KindOf(sendErr))+":"+tool.CodeOf(sendErr)
+		result = "failed"
 	}
+	count(ctx, req.Event, result)
 	if _, err := a.Ledger.Complete(ctx, done); err != nil {
-		return res, fmt.Errorf("record notification %s: %w", req.Key, err)
+		return res, retryable(info.Attempt, ErrLedger, "record notification %s: %v", req.Key, err)
 	}
-	switch done.Status {
-	case ledger.Succeeded:
-		return res, nil
-	case ledger.Pending:
-		return res, fmt.Errorf("webhook not reached (nothing was processed; tried again): %w", sendErr)
-	case ledger.FailedFinal:
-		return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("webhook refused the notification (check its URL and secret): %v", sendErr), "NotifyRefused", nil)
+	if sendErr != nil {
+		return res, retryable(info.Attempt, "NotifyNotAcknowledged",
+			"the webhook did not acknowledge notification %s (%s); it is posted again with backoff for %v after the first try (receivers process each %s once)",
+			req.Key, w.MaskError(sendErr), res.RetryFor, HeaderEventID)
 	}
-	return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("webhook did not answer; the notification may have arrived and is not sent again: %v", sendErr), "NotifyUnknown", nil)
+	return res, nil
+}
+
+// notifyGiveUp records that req's event was never acknowledged.
+func (a *Activities) notifyGiveUp(ctx context.Context, req NotifyRequest) error {
+	_, err := a.Ledger.Transition(ctx, ledger.Transition{
+		Key: req.Key, From: []ledger.Status{ledger.Unknown, ledger.Pending, ledger.InProgress},
+		Status: ledger.FailedFinal, ErrorCode: CodeNotifyGaveUp,
+	})
+	switch {
+	case errors.Is(err, ledger.ErrTransition), errors.Is(err, ledger.ErrNotFound):
+		return nil // delivered after all, or never claimed
+	case err != nil:
+		return retryable(activity.GetInfo(ctx).Attempt, ErrLedger, "record notification %s as given up: %v", req.Key, err)
+	}
+	count(ctx, req.Event, "gave_up")
+	return nil
+}
+
+// count adds one post of event with result to MetricNotifications.
+func count(ctx context.Context, event, result string) {
+	activity.GetMetricsHandler(ctx).WithTags(map[string]string{"event": event, "result": result}).Counter(MetricNotifications).Inc(1)
 }
 
 // post signs body and sends it to the webhook under key.
@@ -160,6 +254,57 @@ func (w *Webhook) post(ctx context.Context, key string, body []byte) error {
 	return err
 }
 
+// MaskURL is u with its path, query and fragment replaced by "/…": what
+// may be shown of a URL that is itself a secret (a Slack or Teams webhook,
+// a token in the query). Userinfo is dropped too. A URL that does not
+// parse is shown as "(a URL)".
+func MaskURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.Scheme == "" || p.Host == "" {
+		return "(a URL)"
+	}
+	return p.Scheme + "://" + p.Host + "/…"
+}
+
+// MaskError is err's message with every occurrence of the webhook's URL
+// (as configured, as net/http prints it, or any URL on its host) masked by
+// MaskURL.
+func (w *Webhook) MaskError(err error) string {
+	if err == nil {
+		return ""
+	}
+	return MaskURLsIn(err.Error(), w.URL)
+}
+
+// MaskURLsIn masks in s every URL on the scheme and host of secretURL
+// (whatever its path) by MaskURL, and every bare occurrence of its path
+// (when longer than "/") or query by "…": a receiver may echo them.
+func MaskURLsIn(s, secretURL string) string {
+	if secretURL == "" {
+		return s
+	}
+	masked := MaskURL(secretURL)
+	s = strings.ReplaceAll(s, secretURL, masked)
+	p, err := url.Parse(secretURL)
+	if err != nil || p.Host == "" {
+		return s
+	}
+	// Any URL on that host, up to a quote, a space or the end.
+	re := regexp.MustCompile(`(?i)` + regexp.QuoteMeta(p.Scheme+"://") + `[^\s"'<>]*?` + regexp.QuoteMeta(p.Host) + `[^\s"'<>]*`)
+	s = re.ReplaceAllStringFunc(s, func(m string) string {
+		if m == masked {
+			return m
+		}
+		return MaskURL(m)
+	})
+	for _, part := range []string{p.EscapedPath(), p.Path, p.RawQuery, p.Query().Encode()} {
+		if len(part) > 1 && part != "/…" {
+			s = strings.ReplaceAll(s, part, "…")
+		}
+	}
+	return s
+}
+
 // sign is the signature of body at timestamp ts with secret.
 func sign(secret []byte, ts string, body []byte) string {
 	mac := hmac.New(sha256.New, secret)
@@ -168,11 +313,14 @@ func sign(secret []byte, ts string, body []byte) string {
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
-func (w *Webhook) link(workflowID string) string {
+func (w *Webhook) link(r NotifyRequest) string {
+	if w.ConsoleURL != "" {
+		return fmt.Sprintf("%s/q/%s/%s", strings.TrimRight(w.ConsoleURL, "/"), url.PathEscape(r.WorkflowID), url.PathEscape(r.QuestionID))
+	}
 	if w.UIURL == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", w.UIURL, url.PathEscape(w.Namespace), url.PathEscape(workflowID))
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", w.UIURL, url.PathEscape(w.Namespace), url.PathEscape(r.WorkflowID))
 }
 
 // text is the message a person reads.
@@ -183,7 +331,7 @@ func text(r NotifyRequest) string {
 	case NotifyAged:
 		return fmt.Sprintf("agentsaga: %s question %s still waits: %s (plan %s)", r.Kind, r.QuestionID, r.Summary, r.WorkflowID)
 	case NotifyDecided:
-		return fmt.Sprintf("agentsaga: %s question %s decided by %s: %s (plan %s)", r.Kind, r.QuestionID, r.By, r.Summary, r.WorkflowID)
+		return fmt.Sprintf("agentsaga: %s question %s decided by %s: %s; %s (plan %s)", r.Kind, r.QuestionID, r.By, r.Decision, r.Summary, r.WorkflowID)
 	}
 	return fmt.Sprintf("agentsaga: %s question %s expired without an answer: %s (plan %s)", r.Kind, r.QuestionID, r.Summary, r.WorkflowID)
 }

@@ -115,9 +115,12 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	metricsAddr := fs.String("metrics-addr", os.Getenv(telemetry.EnvMetricsAddr), "serve Prometheus metrics at http://ADDR/metrics; off unless set, except with --dev, where it defaults to "+telemetry.DefaultDevMetricsAddr+" (moving with --port); \"off\" turns it off (env "+telemetry.EnvMetricsAddr+")")
 	allowPlaintext := fs.Bool("allow-plaintext-payloads", os.Getenv(config.EnvAllowPlaintext) == "true", "with codec keys: accept plans, turns and decisions that a client sent unencrypted (by default they are refused, so no customer data is stored in the clear; env "+config.EnvAllowPlaintext+"=true)")
 	allowUnverified := fs.Bool("allow-unverified-decisions", os.Getenv(config.EnvAllowUnverified) == "true", "without --operators outside --dev: run anyway, accepting approvals and resolutions by typed names nobody verified (each recorded as unverified; the start is logged as a warning; env "+config.EnvAllowUnverified+"=true)")
-	notifyURL := fs.String("notify-url", os.Getenv(envNotifyURL), "POST a signed JSON notification (Slack-compatible) here when a question opens, ages past --notify-after, and is decided or expires; at most once per event (env "+envNotifyURL+")")
+	notifyURL := fs.String("notify-url", os.Getenv(envNotifyURL), "POST a signed JSON notification (Slack-compatible) here when a question opens, ages past --notify-after, and is decided or expires; each event is posted until a 2xx (for --notify-retry-for), and receivers drop repeats by X-Agentsaga-Event-Id (env "+envNotifyURL+")")
 	notifySecret := fs.String("notify-secret-file", os.Getenv(envNotifySecretFile), "the file holding the secret that signs notifications (HMAC-SHA256, at least 16 bytes; env "+envNotifySecretFile+"); required with --notify-url")
 	notifyAfter := fs.Duration("notify-after", 30*time.Minute, "notify again when a question is still open this long after it opened; 0 turns it off (env "+envNotifyAfter+")")
+	notifyRetryFor := fs.Duration("notify-retry-for", activities.DefaultNotifyRetryFor, "post a notification the webhook did not acknowledge (no 2xx) again, with backoff, for this long; then it is given up (env "+envNotifyRetryFor+")")
+	notifyMaxBackoff := fs.Duration("notify-max-backoff", activities.DefaultNotifyMaxBackoff, "the longest wait between two posts of one notification; waits double from 1s up to it")
+	consoleURL := fs.String("console-url", os.Getenv(envConsoleURL), "the operator console's base URL (starter console --addr): notifications then link to the question there, /q/{workflow}/{question} (env "+envConsoleURL+")")
 	uiURL := fs.String("ui-url", os.Getenv(config.EnvUIURL), "the Temporal Web UI's base URL, for the links in notifications (env "+config.EnvUIURL+")")
 	deploymentName := fs.String("deployment-name", os.Getenv(config.EnvDeploymentName), "run versioned (Temporal Worker Versioning) as a build of this worker deployment: each plan and session runs to its end on the build that started it; the README's \"Upgrading and rolling back\" moves builds (env "+config.EnvDeploymentName+"; unset: unversioned)")
 	buildID := fs.String("build-id", os.Getenv(config.EnvBuildID), "with --deployment-name: this build's ID, at most 200 bytes (env "+config.EnvBuildID+"; default the binary's version, `worker --version`)")
@@ -193,9 +196,32 @@ func Worker(ctx context.Context, args []string, o Options) error {
 		}
 		*notifyAfter = d
 	}
+	if v := os.Getenv(envNotifyRetryFor); v != "" && !cli.FlagGiven(fs, "notify-retry-for") {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return UsageError{fmt.Errorf("%s=%q is not a duration such as 24h", envNotifyRetryFor, redact.String(v))}
+		}
+		*notifyRetryFor = d
+	}
 	hook, err := webhook(*notifyURL, *notifySecret, *notifyAfter, *uiURL, t.Namespace)
 	if err != nil {
 		return UsageError{err}
+	}
+	if hook != nil {
+		if *notifyRetryFor < time.Minute || *notifyRetryFor > 30*24*time.Hour {
+			return UsageError{fmt.Errorf("--notify-retry-for %v: give between 1m and 720h", *notifyRetryFor)}
+		}
+		if *notifyMaxBackoff < time.Second || *notifyMaxBackoff > *notifyRetryFor {
+			return UsageError{fmt.Errorf("--notify-max-backoff %v: give between 1s and --notify-retry-for", *notifyMaxBackoff)}
+		}
+		hook.RetryFor, hook.MaxBackoff = *notifyRetryFor, *notifyMaxBackoff
+		if *consoleURL != "" {
+			u, err := url.Parse(*consoleURL)
+			if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" {
+				return UsageError{fmt.Errorf("--console-url %q: give the console's http(s) base URL, such as http://127.0.0.1:8089", redact.String(*consoleURL))}
+			}
+			hook.ConsoleURL = strings.TrimRight(*consoleURL, "/")
+		}
 	}
 	if *dev && hook != nil {
 		return UsageError{errors.New("--notify-url: worker --dev does not notify; run the worker against a cluster for it")}
@@ -397,6 +423,8 @@ const (
 	envNotifyURL        = "AGENTSAGA_NOTIFY_URL"
 	envNotifySecretFile = "AGENTSAGA_NOTIFY_SECRET_FILE"
 	envNotifyAfter      = "AGENTSAGA_NOTIFY_AFTER"
+	envNotifyRetryFor   = "AGENTSAGA_NOTIFY_RETRY_FOR"
+	envConsoleURL       = "AGENTSAGA_CONSOLE_URL"
 )
 
 // minNotifySecret is the shortest secret that signs notifications.
@@ -412,7 +440,7 @@ func webhook(rawURL, secretFile string, after time.Duration, uiURL, namespace st
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, fmt.Errorf("--notify-url %q is not an http(s) URL", redact.String(rawURL))
+		return nil, fmt.Errorf("--notify-url %s is not an http(s) URL", activities.MaskURL(rawURL))
 	}
 	if u.User != nil {
 		return nil, errors.New("--notify-url holds credentials: the secret goes in --notify-secret-file")

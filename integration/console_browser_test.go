@@ -8,6 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,42 +62,64 @@ func consoleBrowser(t *testing.T) (node, dir, chromium string) {
 // returns the URL it printed.
 func startConsole(t *testing.T, st *devstack.Stack, keyFile string) string {
 	t.Helper()
+	u, _ := startConsoleOn(t, st, keyFile, "127.0.0.1:0")
+	return u
+}
+
+// startConsoleOn starts the console with keyFile on listen; stop stops it
+// (and is called when the test ends).
+func startConsoleOn(t *testing.T, st *devstack.Stack, keyFile, listen string) (u string, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
 		err := cli.Run(ctx, []string{"console", "--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(),
-			"--key", keyFile, "--listen", "127.0.0.1:0", "--ui-url", st.Server.UIURL()}, nil, pw, cli.Config{})
+			"--key", keyFile, "--listen", listen, "--ui-url", st.Server.UIURL()}, nil, pw, cli.Config{})
 		_ = pw.CloseWithError(fmt.Errorf("console ended: %v", err))
 		done <- err
 	}()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done, "the console stops cleanly")
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done, "the console stops cleanly")
+		})
+	}
+	t.Cleanup(stop)
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {
 		if u, ok := strings.CutPrefix(sc.Text(), "open "); ok {
 			go func() { _, _ = io.Copy(io.Discard, pr) }()
-			return u
+			return u, stop
 		}
 	}
 	require.FailNow(t, "the console printed no URL", "%v", sc.Err())
-	return ""
+	return "", stop
 }
 
 // browserResult is what console.mjs saw.
 type browserResult struct {
-	Card       string `json:"card"`
-	CardDigest string `json:"card_digest"`
-	Age        string `json:"age"`
-	Expiry     string `json:"expiry"`
-	Decided    string `json:"decided"`
-	URL        string `json:"url_after_login"`
+	Card       string   `json:"card"`
+	CardDigest string   `json:"card_digest"`
+	Age        string   `json:"age"`
+	Expiry     string   `json:"expiry"`
+	Decided    string   `json:"decided"`
+	URL        string   `json:"url_after_login"`
+	Buttons    []string `json:"buttons"`
+	Does       string   `json:"does"`
 }
 
 // runBrowser runs console.mjs with env and returns what it saw.
 func runBrowser(ctx context.Context, t *testing.T, env ...string) browserResult {
+	t.Helper()
+	var res browserResult
+	runBrowserInto(ctx, t, &res, env...)
+	return res
+}
+
+// runBrowserInto runs console.mjs with env and reads what it saw into res.
+func runBrowserInto(ctx context.Context, t *testing.T, res any, env ...string) {
 	t.Helper()
 	node, dir, chromium := consoleBrowser(t)
 	cmd := exec.CommandContext(ctx, node, "console.mjs")
@@ -104,9 +130,7 @@ func runBrowser(ctx context.Context, t *testing.T, env ...string) browserResult 
 	start := time.Now()
 	require.NoError(t, cmd.Run(), "console.mjs: %s", stderr.String())
 	t.Logf("browser run took %s", time.Since(start).Round(time.Millisecond))
-	var res browserResult
-	require.NoError(t, json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &res), "%s", stdout.String())
-	return res
+	require.NoError(t, json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), res), "%s", stdout.String())
 }
 
 // consoleStack is a dev stack whose worker verifies decisions against an
@@ -277,6 +301,8 @@ func TestConsoleResolvesALostEmailInTheBrowser(t *testing.T) {
 	require.Equal(t, workflows.CardDigest(waiting.Questions[0].Card), seen.CardDigest)
 	require.Contains(t, seen.Decided, "alice (verified)")
 	require.Contains(t, seen.Decided, mailID)
+	require.Equal(t, []string{"failed", "succeeded", "retry"}, seen.Buttons, "one order for every kind: no effect first, the riskier last, none the default")
+	require.Contains(t, seen.Does, "a second effect (a second e-mail", "the card says what retry will do")
 
 	final, err := st.Plans.WaitRun(ctx, run)
 	require.NoError(t, err)
@@ -318,4 +344,186 @@ func TestStarterApproveRecordsTheDigestOfTheCardItPrinted(t *testing.T) {
 	require.Len(t, trail, 1)
 	require.True(t, trail[0].Verified)
 	require.Equal(t, digest, trail[0].CardDigest)
+}
+
+// otherServer is a server on another loopback port that the operator's
+// browser visits: it records the headers of every request it gets.
+type otherServer struct {
+	mu   sync.Mutex
+	reqs []http.Header
+}
+
+func (o *otherServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o.mu.Lock()
+	o.reqs = append(o.reqs, r.Header.Clone())
+	o.mu.Unlock()
+	switch r.URL.Path {
+	case "/pixel.gif":
+		w.Header().Set("Content-Type", "image/gif")
+		_, _ = w.Write([]byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;"))
+	default:
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, `<!doctype html><title>another local server</title><img id="pixel" src="/pixel.gif" alt="">`)
+	}
+}
+
+// Issue 35 item 1: after alice opens her console, a page on another local
+// port that her browser visits gets no credential the console accepts:
+// no cookie reaches it (the console sets none), the page there cannot read
+// the console's storage nor call its API with the browser's credentials,
+// and every header it received, replayed to the console, is refused.
+func TestConsoleSessionStaysOnItsOrigin(t *testing.T) {
+	consoleBrowser(t)
+	st, keyFile := operatorStack(t)
+	ctx := testContext(t, 2*time.Minute)
+	other := &otherServer{}
+	hs := httptest.NewServer(other)
+	t.Cleanup(hs.Close)
+	url := startConsole(t, st, keyFile)
+	origin, _, _ := strings.Cut(url, "/#")
+	require.NotEqual(t, origin, hs.URL)
+	require.True(t, strings.HasPrefix(hs.URL, "http://127.0.0.1:") && strings.HasPrefix(origin, "http://127.0.0.1:"), "both on the same loopback name, other ports")
+
+	var seen struct {
+		OtherStorage *string `json:"other_storage"`
+		OtherCookies string  `json:"other_cookies"`
+		CrossFetch   string  `json:"cross_fetch"`
+		NoCors       string  `json:"no_cors"`
+	}
+	runBrowserInto(ctx, t, &seen, "CONSOLE_URL="+url, "SCENARIO=port", "OTHER_URL="+hs.URL+"/")
+	require.Nil(t, seen.OtherStorage, "the other port cannot read the console's session")
+	require.Empty(t, seen.OtherCookies)
+	require.Contains(t, seen.CrossFetch, "refused", "a cross-origin read of the console's API fails")
+
+	other.mu.Lock()
+	reqs := append([]http.Header(nil), other.reqs...)
+	other.mu.Unlock()
+	require.GreaterOrEqual(t, len(reqs), 2, "the page and its image reached the other server")
+	for _, h := range reqs {
+		require.Empty(t, h.Get("Cookie"), "no cookie reached the other port: %v", h)
+		// Replay everything it got, as a process on that port could.
+		for _, path := range []string{"/api/questions", "/api/decide"} {
+			method := http.MethodGet
+			if path == "/api/decide" {
+				method = http.MethodPost
+			}
+			req, err := http.NewRequestWithContext(ctx, method, origin+path, strings.NewReader(`{}`))
+			require.NoError(t, err)
+			req.Header = h.Clone()
+			req.Header.Set("Origin", origin)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s %s with what the other port received", method, path)
+		}
+	}
+}
+
+// Issue 36 item 1: bob, whose key may only approve, finds his work: by
+// default the questions he may decide (no outcome question, no resolve
+// button); all questions on demand, the one he may not decide without
+// buttons; a plan search paged by ten; one order; the largest amounts
+// first; a bad amount named.
+func TestConsoleFindsWorkInTheBrowser(t *testing.T) {
+	consoleBrowser(t)
+	st, _ := operatorStack(t)
+	ctx := testContext(t, 3*time.Minute)
+	bob, err := operators.NewKey("bob", rand.Reader)
+	require.NoError(t, err)
+	bob.May = []string{operators.ActionApprove}
+	bobFile := filepath.Join(t.TempDir(), "bob.key")
+	require.NoError(t, bob.Write(bobFile))
+
+	var last string
+	for i := range 12 {
+		p := newPlan(fmt.Sprintf("it-find-%02d", i), step(t, "apply_refund", map[string]any{
+			"order_id": fmt.Sprintf("ord_find_%02d", i), "amount_minor": 60000 + 2000*i, "currency": "EUR", "reason": "damaged"}))
+		run, err := st.Plans.Start(ctx, p)
+		require.NoError(t, err)
+		last = run.WorkflowID
+	}
+	sb := sandbox.NewClient(st.SandboxURL, nil)
+	require.NoError(t, sb.Fault(ctx, sandbox.FaultSpec{Op: "mail.send", Fault: sandbox.CommitThenDrop, Count: 1}))
+	mail, err := st.Plans.Start(ctx, newPlan("it-find-mail", step(t, "send_email", map[string]any{"to": "dora@example.com", "subject": "Your refund", "body": "On its way."})))
+	require.NoError(t, err)
+	waitStatus(ctx, t, st, mail.WorkflowID, questionOn(1, workflows.QuestionOutcome))
+	waitStatus(ctx, t, st, last, questionOn(1, workflows.QuestionApproval))
+
+	var seen struct {
+		MineOutcome    int      `json:"mine_outcome"`
+		ApprovalOrder  []string `json:"approval_buttons"`
+		ResolveButtons int      `json:"resolve_buttons"`
+		AllOutcome     int      `json:"all_outcome"`
+		OutcomeButtons int      `json:"outcome_buttons"`
+		OutcomeNote    string   `json:"outcome_note"`
+		Page1          int      `json:"page1"`
+		Page2          int      `json:"page2"`
+		One            string   `json:"one"`
+		Largest        string   `json:"largest"`
+		BadAmount      string   `json:"bad_amount"`
+	}
+	runBrowserInto(ctx, t, &seen, "CONSOLE_URL="+startConsole(t, st, bobFile), "SCENARIO=find", "PLAN=it-find-", "PREFIX=ord_find_")
+	require.Zero(t, seen.MineOutcome, "the default view holds only what bob may decide")
+	require.Equal(t, []string{"reject", "approve"}, seen.ApprovalOrder, "no effect first, no default")
+	require.Zero(t, seen.ResolveButtons)
+	require.Equal(t, 1, seen.AllOutcome)
+	require.Zero(t, seen.OutcomeButtons, "no button for a right bob lacks")
+	require.Contains(t, seen.OutcomeNote, "needs the resolve right")
+	require.Equal(t, 10, seen.Page1)
+	require.Equal(t, 2, seen.Page2)
+	require.Contains(t, seen.One, "ord_find_07")
+	require.Equal(t, "820.00 EUR", seen.Largest)
+	require.Contains(t, seen.BadAmount, "amount_min \"lots\" is not a whole number")
+}
+
+// Issue 36 item 3: a link to one question (/q/{workflow}/{question}, as the
+// webhook sends with --console-url) works after the console restarts: the
+// browser's old session is refused, the page keeps the link, and once the
+// operator opens the new console's link it shows that question alone.
+func TestConsoleDeepLinkSurvivesARestart(t *testing.T) {
+	consoleBrowser(t)
+	st, keyFile := operatorStack(t)
+	ctx := testContext(t, 2*time.Minute)
+	p := newPlan("it-console-deeplink", step(t, "apply_refund", map[string]any{"order_id": "ord_it_deeplink", "amount_minor": 61000, "currency": "EUR", "reason": "late"}))
+	run, err := st.Plans.Start(ctx, p)
+	require.NoError(t, err)
+	q := waitStatus(ctx, t, st, run.WorkflowID, questionOn(1, workflows.QuestionApproval)).Questions[0]
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	profile := t.TempDir()
+	first, stop := startConsoleOn(t, st, keyFile, addr)
+	var before struct {
+		Shown []string `json:"shown"`
+	}
+	runBrowserInto(ctx, t, &before, "CONSOLE_URL="+first, "SCENARIO=login", "PROFILE="+profile)
+	stop()
+	second, _ := startConsoleOn(t, st, keyFile, addr)
+	link := "http://" + addr + "/q/" + url.PathEscape(run.WorkflowID) + "/" + url.PathEscape(q.ID)
+	var seen struct {
+		Refused string   `json:"refused"`
+		Shown   []string `json:"shown"`
+		URL     string   `json:"url"`
+	}
+	runBrowserInto(ctx, t, &seen, "CONSOLE_URL="+second, "SCENARIO=deeplink", "PROFILE="+profile, "LINK="+link)
+	require.Contains(t, seen.Refused, "open the link", "the old session is refused after the restart")
+	require.Equal(t, []string{run.WorkflowID + " " + q.ID}, seen.Shown, "the link shows its question alone")
+	require.Contains(t, seen.URL, "/q/", "the page is back on the question's link")
+}
+
+// Issue 36 item 7: a console started with --by (a typed name) against
+// workers that require signed decisions is refused at start, not at its
+// first decision.
+func TestConsoleByRefusedWhenKeysAreRequired(t *testing.T) {
+	st, _ := operatorStack(t)
+	ctx := testContext(t, time.Minute)
+	run, err := st.Plans.Start(ctx, newPlan("it-console-by", step(t, "apply_refund", map[string]any{"order_id": "ord_it_by", "amount_minor": 61000, "currency": "EUR", "reason": "late"})))
+	require.NoError(t, err)
+	waitStatus(ctx, t, st, run.WorkflowID, questionOn(1, workflows.QuestionApproval))
+	err = cli.Run(ctx, []string{"console", "--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(),
+		"--by", "alice", "--listen", "127.0.0.1:0"}, nil, io.Discard, cli.Config{})
+	require.ErrorContains(t, err, "accept only signed decisions")
 }

@@ -315,6 +315,9 @@ type Store interface {
 	// Decisions lists the audit trail of an operation key (and of its
 	// reversal key+":compensate"), oldest first.
 	Decisions(ctx context.Context, key string) ([]DecisionRecord, error)
+	// DecisionLog lists the audit trail across operations, newest first,
+	// as q filters it (the console's decided questions).
+	DecisionLog(ctx context.Context, q DecisionQuery) ([]DecisionRecord, error)
 	// Report reads the operating figures of the operations created (and
 	// the decisions applied) at or after since, plus the exception queue
 	// and the amounts in uncertainty as they are now. It writes nothing.
@@ -325,6 +328,20 @@ type Store interface {
 	// Close releases the store's connections.
 	Close() error
 }
+
+// DecisionQuery filters DecisionLog. Zero fields do not filter.
+type DecisionQuery struct {
+	By    string    // who decided, exactly
+	Kind  string    // approve, reject, resolve, override, expire, refused
+	Since time.Time // applied at or after
+	Until time.Time // applied before
+	// Limit bounds the entries returned, 1 to MaxDecisionLog (zero:
+	// MaxDecisionLog).
+	Limit int
+}
+
+// MaxDecisionLog bounds one DecisionLog answer.
+const MaxDecisionLog = 1000
 
 // ErrNotFound is returned by Get for a key the ledger has never seen.
 var ErrNotFound = errors.New("ledger: operation not found")

@@ -134,14 +134,26 @@ const (
 	KindCompensationFailed = "compensation_failed"
 	KindUnknown            = "unknown"
 	KindStuck              = "stuck"
+	// KindNotification: a webhook notification not acknowledged yet (its
+	// row's action type is NotifyActionType); no money hangs on it.
+	KindNotification = "notification"
 )
 
-// ExceptionKinds lists the kinds of the exception queue, in report order.
-var ExceptionKinds = []string{KindNeedsHuman, KindCompensationFailed, KindUnknown, KindStuck}
+// NotifyActionType is the action type of a webhook notification's row
+// (activities.Notify): its unknown outcome is kind notification, not
+// unknown.
+const NotifyActionType = "notify_webhook"
 
-// ExceptionKind is the queue kind of a row Exceptions listed: its status, or
-// stuck for an in_progress row whose lease ended.
+// ExceptionKinds lists the kinds of the exception queue, in report order.
+var ExceptionKinds = []string{KindNeedsHuman, KindCompensationFailed, KindUnknown, KindStuck, KindNotification}
+
+// ExceptionKind is the queue kind of a row Exceptions listed: its status,
+// stuck for an in_progress row whose lease ended, or notification for a
+// webhook notification's row.
 func ExceptionKind(op Operation) string {
+	if op.ActionType == NotifyActionType {
+		return KindNotification
+	}
 	if op.Status == InProgress {
 		return KindStuck
 	}

@@ -182,12 +182,14 @@ func Register(r worker.Registry, saga *workflows.Saga, acts *activities.Activiti
 		activities.RecordDecisionName: acts.RecordDecision,
 		activities.LookupToolName:     acts.LookupTool,
 		activities.NotifyName:         acts.Notify,
+		activities.NotifySettingsName: acts.NotifySettings,
 	} {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
 }
 
-// RegisterWorkflows registers AgentPlan and AgentSession under their
+// RegisterWorkflows registers AgentPlan, AgentSession and AgentNotify (a
+// question's notifications) under their
 // contract names on r: a worker, the SDK's test environment or a
 // worker.WorkflowReplayer (`worker replay`).
 //
@@ -210,6 +212,8 @@ func RegisterWorkflows(r WorkflowRegistry, saga *workflows.Saga) {
 		Name: workflows.WorkflowName, VersioningBehavior: PlanVersioning})
 	r.RegisterWorkflowWithOptions(saga.AgentSession, workflow.RegisterOptions{
 		Name: workflows.SessionWorkflowName, VersioningBehavior: SessionVersioning})
+	r.RegisterWorkflowWithOptions(saga.AgentNotify, workflow.RegisterOptions{
+		Name: workflows.NotifyWorkflowName, VersioningBehavior: PlanVersioning})
 }
 
 // PlanVersioning and SessionVersioning are the versioning behaviours

@@ -391,6 +391,9 @@ type run struct {
 	shown *shown
 	// notifying counts notifications in flight (see announce).
 	notifying int
+	// notifySettings are the worker's notification settings, read once
+	// (versionNotifyDelivery); nil until read.
+	notifySettings *activities.NotifyResult
 }
 
 // newRunState returns a run with its bookkeeping allocated; AgentPlan and

@@ -2,8 +2,10 @@ package workflows
 
 import (
 	"fmt"
+	"math"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -28,9 +30,56 @@ var notifyOptions = workflow.ActivityOptions{
 	},
 }
 
+// NotifyWorkflowName is the workflow that delivers one question's
+// notifications (AgentNotify): a child of the plan or session that asked,
+// abandoned when its parent closes, so delivery outlives the plan.
+const NotifyWorkflowName = "AgentNotify"
+
+// NotifyClosedSignal tells an AgentNotify workflow that its question was
+// decided or expired (payload NotifyClosed).
+const NotifyClosedSignal = "question-closed"
+
+// NotifyWorkflowID is the workflow ID of the AgentNotify workflow of
+// question questionID of workflowID.
+func NotifyWorkflowID(workflowID, questionID string) string {
+	return "agent-notify:" + workflowID + ":" + questionID
+}
+
+// NotifyInput starts an AgentNotify workflow: the question (Request
+// without event and key) and the worker's settings.
+type NotifyInput struct {
+	Request  activities.NotifyRequest `json:"request"`
+	Settings activities.NotifyResult  `json:"settings"`
+}
+
+// NotifyClosed is the payload of NotifyClosedSignal.
+type NotifyClosed struct {
+	Event    string `json:"event"` // decided or expired
+	By       string `json:"by,omitempty"`
+	Decision string `json:"decision,omitempty"`
+}
+
+// notifyCloseWait bounds how long AgentNotify waits for its question to
+// close: longer than any question stays open.
+const notifyCloseWait = 30 * 24 * time.Hour
+
+// notifySettingsOptions read the worker's notification settings.
+var notifySettingsOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 10 * time.Second,
+	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second, MaximumAttempts: 5},
+	Summary:             "notification settings",
+}
+
 // notifyOn reports whether this run announces its questions.
 func (r *run) notifyOn(ctx workflow.Context) bool {
 	return workflow.GetVersion(ctx, versionNotify, workflow.DefaultVersion, 1) >= 1
+}
+
+// delivered reports whether this run's notifications are delivered by
+// AgentNotify workflows (at least once, for the worker's retry period)
+// rather than by activities of its own (at most once).
+func (r *run) delivered(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionNotifyDelivery, workflow.DefaultVersion, 1) >= 1
 }
 
 // announce tells the webhook that q opened, and, when the worker asks it,
@@ -40,6 +89,10 @@ func (r *run) announce(ctx workflow.Context, q *question) {
 		return
 	}
 	q.notified = true
+	if r.delivered(ctx) {
+		r.announceByChild(ctx, q)
+		return
+	}
 	r.notifying++
 	workflow.Go(ctx, func(gctx workflow.Context) {
 		defer func() { r.notifying-- }()
@@ -70,6 +123,10 @@ func (r *run) announceClosed(ctx workflow.Context, q *question, d Decision) {
 	if d.Kind == "expire" {
 		event, by = activities.NotifyExpired, ""
 	}
+	if q.notify != nil {
+		r.closeChild(ctx, q, NotifyClosed{Event: event, By: by, Decision: decided(d)})
+		return
+	}
 	r.notifying++
 	workflow.Go(ctx, func(gctx workflow.Context) {
 		defer func() { r.notifying-- }()
@@ -92,6 +149,148 @@ func (r *run) notify(ctx workflow.Context, q *question, event, by string) (activ
 		workflow.GetLogger(ctx).Warn("notification not delivered", "question", q.ID, "event", event, "error", err)
 	}
 	return res, err
+}
+
+// announceByChild starts q's AgentNotify workflow, when the worker
+// notifies. The settings are read once per run.
+func (r *run) announceByChild(ctx workflow.Context, q *question) {
+	r.notifying++
+	q.notify = &notifyChild{}
+	workflow.Go(ctx, func(gctx workflow.Context) {
+		defer func() { r.notifying--; q.notify.ready = true }()
+		if r.notifySettings == nil {
+			var set activities.NotifyResult
+			if err := workflow.ExecuteActivity(workflow.WithActivityOptions(gctx, notifySettingsOptions), activities.NotifySettingsName).Get(gctx, &set); err != nil {
+				workflow.GetLogger(gctx).Warn("notification settings not read: this question is not announced", "question", q.ID, "error", err)
+				return
+			}
+			if r.notifySettings == nil {
+				r.notifySettings = &set
+			}
+		}
+		if !r.notifySettings.On {
+			return
+		}
+		in := NotifyInput{Settings: *r.notifySettings, Request: activities.NotifyRequest{
+			WorkflowID: r.st.WorkflowID, QuestionID: q.ID, Kind: q.Kind, Step: q.Step, Summary: q.Card.OneLine(),
+		}}
+		cctx := workflow.WithChildOptions(gctx, workflow.ChildWorkflowOptions{
+			WorkflowID:        NotifyWorkflowID(r.st.WorkflowID, q.ID),
+			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON,
+			StaticSummary:     "notifications of " + q.ID,
+		})
+		f := workflow.ExecuteChildWorkflow(cctx, NotifyWorkflowName, in)
+		if err := f.GetChildWorkflowExecution().Get(gctx, nil); err != nil {
+			workflow.GetLogger(gctx).Warn("notifications not started", "question", q.ID, "error", err)
+			return
+		}
+		q.notify.child = f
+	})
+}
+
+// closeChild tells q's AgentNotify workflow that q closed, once it started.
+func (r *run) closeChild(ctx workflow.Context, q *question, c NotifyClosed) {
+	r.notifying++
+	workflow.Go(ctx, func(gctx workflow.Context) {
+		defer func() { r.notifying-- }()
+		_ = workflow.Await(gctx, func() bool { return q.notify.ready })
+		if q.notify.child == nil {
+			return
+		}
+		if err := q.notify.child.SignalChildWorkflow(gctx, NotifyClosedSignal, c).Get(gctx, nil); err != nil {
+			workflow.GetLogger(gctx).Warn("notifications not told the question closed", "question", q.ID, "error", err)
+		}
+	})
+}
+
+// notifyChild is a question's AgentNotify workflow as its parent knows it.
+type notifyChild struct {
+	ready bool                         // the start finished (or was skipped)
+	child workflow.ChildWorkflowFuture // nil when not started
+}
+
+// decided says in a word what d decided, for the "decided" event.
+func decided(d Decision) string {
+	switch {
+	case d.Kind == "resolve":
+		return string(d.Outcome)
+	case d.Override && d.Approved:
+		return "override"
+	case d.Approved:
+		return "approve"
+	}
+	return "reject"
+}
+
+// AgentNotify delivers the notifications of one question: "opened" at
+// once, "aged" when the question is still open after the worker's
+// threshold (whatever happened to "opened"), and "decided" or "expired"
+// when its parent signals NotifyClosedSignal. Each is posted until the
+// webhook answers 2xx, with backoff doubling from a second up to
+// Settings.MaxBackoff, for Settings.RetryFor; then its ledger row is
+// marked given up. It ends when every event it owes is delivered or given
+// up, or notifyCloseWait after it started when the question never closed.
+func (s *Saga) AgentNotify(ctx workflow.Context, in NotifyInput) error {
+	set := in.Settings
+	opts := workflow.ActivityOptions{
+		StartToCloseTimeout:    20 * time.Second,
+		ScheduleToCloseTimeout: set.RetryFor,
+		// The period ends the retries (ScheduleToCloseTimeout); the attempts
+		// are bounded too, above what a period of one-second waits needs.
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: set.MaxBackoff,
+			MaximumAttempts: int32(min(set.RetryFor/time.Second+1, math.MaxInt32)),
+		},
+	}
+	pending := 0
+	deliver := func(event string, c NotifyClosed) {
+		pending++
+		req := in.Request
+		req.Event, req.By, req.Decision = event, c.By, c.Decision
+		req.Key = fmt.Sprintf("%s:%s:%s", req.WorkflowID, req.QuestionID, event)
+		workflow.Go(ctx, func(gctx workflow.Context) {
+			defer func() { pending-- }()
+			o := opts
+			o.Summary = "notify " + event + " " + req.QuestionID
+			err := workflow.ExecuteActivity(workflow.WithActivityOptions(gctx, o), activities.NotifyName, req).Get(gctx, nil)
+			if err == nil {
+				return
+			}
+			workflow.GetLogger(gctx).Warn("notification given up", "question", req.QuestionID, "event", event, "error", err)
+			req.GiveUp = true
+			o.ScheduleToCloseTimeout, o.Summary = time.Hour, "notification given up: "+event+" "+req.QuestionID
+			_ = workflow.ExecuteActivity(workflow.WithActivityOptions(gctx, o), activities.NotifyName, req).Get(gctx, nil)
+		})
+	}
+	deliver(activities.NotifyOpened, NotifyClosed{})
+
+	var closed *NotifyClosed
+	sig := workflow.GetSignalChannel(ctx, NotifyClosedSignal)
+	tctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(sig, func(c workflow.ReceiveChannel, _ bool) {
+		var v NotifyClosed
+		c.Receive(ctx, &v)
+		closed = &v
+	})
+	if set.After > 0 {
+		sel.AddFuture(workflow.NewTimerWithOptions(tctx, set.After, workflow.TimerOptions{Summary: "notify if still open"}), func(workflow.Future) {
+			deliver(activities.NotifyAged, NotifyClosed{})
+		})
+	}
+	giveUp := false
+	sel.AddFuture(workflow.NewTimerWithOptions(tctx, notifyCloseWait, workflow.TimerOptions{Summary: "the question never closed"}), func(workflow.Future) {
+		giveUp = true
+	})
+	for closed == nil && !giveUp {
+		sel.Select(ctx)
+	}
+	cancel()
+	if closed != nil {
+		deliver(closed.Event, *closed)
+	}
+	return workflow.Await(ctx, func() bool { return pending == 0 })
 }
 
 // drainNotifications lets notifications in flight finish, for at most

@@ -66,9 +66,10 @@ const (
 // question is an open wait of a step.
 type question struct {
 	Question
-	decision *Decision // set when a decision was applied
-	checking bool      // a resolve is being checked with the provider
-	notified bool      // its opening was announced to the webhook
+	decision *Decision    // set when a decision was applied
+	checking bool         // a resolve is being checked with the provider
+	notified bool         // its opening was announced to the webhook
+	notify   *notifyChild // its AgentNotify workflow (versionNotifyDelivery)
 }
 
 // Change IDs for workflow.GetVersion: each names a change of the commands
@@ -117,6 +118,10 @@ const (
 	// NFKC, case folding, confusables), so ａｌｉｃｅ and аlice are alice.
 	// (Update validators always do: they are not replayed.)
 	versionIdentitySkeleton = "identity-skeleton"
+	// versionNotifyDelivery: a question's notifications are delivered by
+	// an AgentNotify child workflow, at least once until the webhook
+	// answers 2xx, and "aged" no longer waits on "opened".
+	versionNotifyDelivery = "notify-delivery"
 )
 
 // withdrawnPrefix starts the error of a step whose approval was withdrawn.
@@ -126,7 +131,11 @@ const withdrawnPrefix = "withdrawn"
 // validators) and the signal listeners.
 func (r *run) register(ctx workflow.Context) error {
 	r.st.RunID = workflow.GetInfo(ctx).WorkflowExecution.RunID
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return r.st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
+		st := r.st
+		st.SignedDecisions = r.saga.Operators != nil
+		return st, nil
+	}); err != nil {
 		return fmt.Errorf("register status query: %w", err)
 	}
 	// Decisions arrive as raw JSON, checked as strictly as a plan (see

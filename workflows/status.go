@@ -273,7 +273,11 @@ type Status struct {
 	WorkflowID string `json:"workflow_id"`
 	// RunID is the Temporal run the status is of; a signed decision names
 	// it (see ApproveSignal.RunID).
-	RunID           string       `json:"run_id,omitempty"`
+	RunID string `json:"run_id,omitempty"`
+	// SignedDecisions: the worker answering the query accepts only
+	// decisions signed with an operator's key (it has an operators file).
+	// Set in query answers only, never in the history.
+	SignedDecisions bool         `json:"signed_decisions,omitempty"`
 	SessionID       string       `json:"session_id"`
 	Turn            int          `json:"turn"`
 	RequestID       string       `json:"request_id,omitempty"`

@@ -30,8 +30,9 @@ const TIMEOUT = 20000;
 async function main() {
   const url = need('CONSOLE_URL');
   const scenario = need('SCENARIO');
-  const wid = need('WORKFLOW_ID');
-  const dir = mkdtempSync(join(tmpdir(), 'agentsaga-chromium-'));
+  const wid = env.WORKFLOW_ID || '';
+  // PROFILE keeps the browser's profile (its storage) across runs.
+  const dir = env.PROFILE || mkdtempSync(join(tmpdir(), 'agentsaga-chromium-'));
   const ctx = await chromium.launchPersistentContext(dir, {
     executablePath: env.CHROMIUM || '/usr/bin/chromium',
     headless: true,
@@ -44,21 +45,28 @@ async function main() {
     const page = ctx.pages()[0] || await ctx.newPage();
     page.setDefaultTimeout(TIMEOUT);
     page.on('console', (m) => {
-      if (m.type() === 'error') problems.push('console error: ' + m.text());
+      // The find scenario sends a bad amount on purpose: its 400 is expected.
+      if (m.type() === 'error' && !(scenario === 'find' && /status of 400/.test(m.text()))) problems.push('console error: ' + m.text());
     });
     page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+    if (scenario === 'deeplink') {
+      console.log(JSON.stringify(await deepLink(page, url)));
+      return;
+    }
     const resp = await page.goto(url);
     if (!resp || !resp.ok()) throw new Error(`opening the console answered ${resp && resp.status()}`);
     if (page.url().includes('token=')) throw new Error('the token stayed in the address: ' + page.url());
     await page.locator('body[data-loaded="true"]').waitFor();
 
-    const out = scenario === 'approve' ? await approve(page, wid, ctx) : await resolve(page, wid);
+    const scenarios = { login: async () => ({ shown: await shownQuestions(page) }), approve: () => approve(page, wid, ctx), resolve: () => resolve(page, wid), port: () => otherPort(page, ctx), find: () => findWork(page) };
+    if (!scenarios[scenario]) throw new Error('unknown SCENARIO ' + scenario);
+    const out = await scenarios[scenario]();
     if (problems.length) throw new Error(problems.join('; '));
     out.url_after_login = page.url();
     console.log(JSON.stringify(out));
   } finally {
     await ctx.close();
-    rmSync(dir, { recursive: true, force: true });
+    if (!env.PROFILE) rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -102,11 +110,114 @@ async function resolve(page, wid) {
   await art.waitFor();
   const cardText = await art.locator('dl.card').innerText();
   const digest = (await art.locator('.digest').innerText()).replace(/^card /, '');
+  const buttons = await art.locator('button[data-action]').evaluateAll((bs) => bs.map((b) => b.dataset.action + (b.classList.contains('ok') ? ':default' : '')));
+  const does = await art.locator('ul.does').innerText();
   await art.locator('textarea[name="reason"]').fill(need('REASON'));
   if (env.EXTERNAL_ID) await art.locator('input[name="external_id"]').fill(env.EXTERNAL_ID);
   await art.locator(`button[data-action="${outcome}"]`).click();
   const done = await decided(page, wid, 'resolved ' + outcome, art);
-  return { card: cardText, card_digest: digest, decided: await done.innerText() };
+  return { card: cardText, card_digest: digest, decided: await done.innerText(), buttons, does };
+}
+
+// otherPort visits, in the same browser, a server on another local port
+// (OTHER_URL) after the console session was opened: it loads a page there
+// that requests an image from itself and tries the console's API with the
+// browser's credentials, and reads its own storage. The Go test checks
+// what that server received.
+async function otherPort(page, ctx) {
+  const consoleOrigin = new URL(page.url()).origin;
+  const own = await page.evaluate(() => localStorage.getItem('agentsaga-console-session'));
+  if (!own) throw new Error('the console page holds no session in its storage');
+  const other = await ctx.newPage();
+  other.setDefaultTimeout(TIMEOUT);
+  await other.goto(need('OTHER_URL'));
+  await other.locator('img#pixel').evaluate((img) => img.complete || new Promise((r) => { img.onload = img.onerror = r; }));
+  const seen = await other.evaluate(async (origin) => {
+    const out = { storage: localStorage.getItem('agentsaga-console-session'), cookies: document.cookie };
+    try {
+      const r = await fetch(origin + '/api/questions', { credentials: 'include', mode: 'cors' });
+      out.fetch = 'answered ' + r.status;
+    } catch (e) {
+      out.fetch = 'refused: ' + e.message;
+    }
+    try {
+      const r = await fetch(origin + '/api/questions', { credentials: 'include', mode: 'no-cors' });
+      out.no_cors = 'opaque ' + r.type;
+    } catch (e) {
+      out.no_cors = 'refused: ' + e.message;
+    }
+    return out;
+  }, consoleOrigin);
+  await other.close();
+  return { other_storage: seen.storage, other_cookies: seen.cookies, cross_fetch: seen.fetch, no_cors: seen.no_cors };
+}
+
+// findWork searches as an operator whose key may only approve: the default
+// view, all questions, an object search with paging, one order, and the
+// largest amount first. PLAN is what the test's plans' ids share, PREFIX
+// what their orders' ids share.
+async function findWork(page) {
+  const prefix = need('PREFIX');
+  const plan = need('PLAN');
+  const out = {};
+  const arts = () => page.locator('#open article:not([hidden])');
+  const settle = async (want) => {
+    // Wait until the list answers the search just made (its count line).
+    await page.locator('#open-count').filter({ hasText: want }).waitFor();
+  };
+  const set = async (name, value) => {
+    const f = page.locator(`#filters [name="${name}"]`);
+    if (await f.evaluate((e) => e.tagName) === 'SELECT') await f.selectOption(value); else await f.fill(value);
+  };
+  await set('plan', plan);
+  await settle(/\(12 matches of \d+ open\)/);
+  out.mine_outcome = await page.locator('#open article[data-kind="outcome"]').count();
+  out.approval_buttons = await arts().first().locator('button[data-action]').evaluateAll((bs) => bs.map((b) => b.dataset.action + (b.classList.contains('ok') ? ':default' : '')));
+  out.resolve_buttons = await page.locator('button[data-action="succeeded"], button[data-action="retry"]').count();
+  await set('view', 'all');
+  await settle(/\(13 matches/);
+  const outcome = page.locator('#open article[data-kind="outcome"]');
+  out.all_outcome = await outcome.count();
+  out.outcome_buttons = await outcome.locator('button').count();
+  out.outcome_note = await outcome.locator('.cannot').innerText();
+  await set('view', 'mine');
+  await set('size', '10');
+  await settle(/\(12 matches/);
+  await page.locator('#pageinfo').filter({ hasText: 'page 1 of 2' }).waitFor();
+  out.page1 = await arts().count();
+  await page.locator('#next').click();
+  await page.locator('#pageinfo').filter({ hasText: 'page 2 of 2' }).waitFor();
+  out.page2 = await arts().count();
+  await set('object', prefix + '07');
+  await settle(/\(1 match of/);
+  out.one = await arts().first().locator('dl.card').innerText();
+  await set('object', '');
+  await set('sort', 'amount');
+  await set('amount_min', '74000');
+  await settle(/\(5 matches/);
+  out.largest = await arts().first().locator('.amount').innerText();
+  await set('amount_min', 'lots');
+  await page.locator('#find-error').filter({ hasText: 'amount_min' }).waitFor();
+  out.bad_amount = await page.locator('#find-error').innerText();
+  return out;
+}
+
+// shownQuestions lists the open questions on the page: "workflow question".
+async function shownQuestions(page) {
+  return page.locator('#open article').evaluateAll((as) => as.map((a) => a.dataset.workflow + ' ' + a.dataset.question));
+}
+
+// deepLink opens LINK with the browser's old session (the console was
+// restarted since), then the new console's link, and reports what it saw.
+async function deepLink(page, url) {
+  await page.goto(need('LINK'));
+  await page.locator('#login:not([hidden])').waitFor();
+  const refused = await page.locator('#login').innerText();
+  await page.goto(url);
+  await page.waitForURL(/\/q\//);
+  await page.locator('#open article').first().waitFor();
+  await page.locator('body[data-loaded="true"]').waitFor();
+  return { refused, shown: await shownQuestions(page), url: page.url() };
 }
 
 // uiShot logs in at the codec server (so the UI decodes payloads) and takes

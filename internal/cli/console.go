@@ -18,7 +18,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/internal/consoleui"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -28,15 +31,21 @@ import (
 // machine. Security model (README, "Deciding from the console"):
 //
 //   - it listens on a loopback address only (--listen is refused otherwise);
-//   - each start makes a fresh random token, printed as the URL to open; the
-//     first request bearing it gets an HttpOnly, SameSite=Strict session
-//     cookie and a redirect that drops the token from the address bar; the
-//     token is then spent;
+//   - each start makes a fresh random token, printed as the URL to open, in
+//     its fragment (#token=...), which the browser never sends anywhere; the
+//     page posts it once to /api/session and gets the session secret, which
+//     it keeps in the console origin's localStorage and sends in the
+//     X-Agentsaga-Session header of every API call; the token is then spent;
+//   - no cookie at all: cookies are not scoped by port, so a cookie would
+//     reach any other server on the same loopback name (issue 35). Web
+//     storage is scoped by origin, port included: a page or process on
+//     another local port never gets the secret, and a request from a page
+//     cannot carry a custom header to another origin without a CORS
+//     preflight, which the console refuses;
 //   - every request must name the console's own Host (DNS rebinding) and,
-//     when it has an Origin, the console's own origin; every other request
-//     needs the session cookie;
-//   - POSTs also need the console's origin, JSON, and the page's CSRF token
-//     in X-Agentsaga-CSRF;
+//     when it has an Origin, the console's own origin; the page shell and its
+//     static files hold nothing secret; every /api/ call needs the session;
+//   - POSTs also need the console's origin and JSON;
 //   - the page is the embedded consoleui assets only, under a strict
 //     Content-Security-Policy (no inline script or style, nothing from
 //     elsewhere, no framing);
@@ -56,10 +65,8 @@ const (
 	maxSeen    = 1000
 	// defaultConsoleAddr is where the console listens by default.
 	defaultConsoleAddr = "127.0.0.1:8235"
-	// consoleCookie names the session cookie.
-	consoleCookie = "agentsaga_console"
-	// csrfHeader carries the page's CSRF token on POSTs.
-	csrfHeader = "X-Agentsaga-CSRF"
+	// sessionHeader carries the page's session secret on every API call.
+	sessionHeader = "X-Agentsaga-Session"
 )
 
 // consoleCSP is the page's Content-Security-Policy: its own script, style
@@ -74,6 +81,8 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	c.register(fs)
 	var d decider
 	d.register(fs)
+	var l ledgerFlags
+	l.register(fs)
 	listen := fs.String("listen", defaultConsoleAddr, "where the page is served: a loopback address only (127.0.0.1, [::1] or localhost; port 0 picks a free one)")
 	pos, err := parse(fs, args, out)
 	if err != nil {
@@ -86,22 +95,42 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	if err != nil {
 		return err
 	}
+	// The decided history comes from the ledger's audit trail when the
+	// console can read it (durable, across restarts); else from what this
+	// console saw decided.
+	var store ledger.Store
+	if dsn, _ := config.LedgerDSN(l.dsn); dsn != "" {
+		if store, err = l.open(ctx); err != nil {
+			return err
+		}
+		defer store.Close()
+	}
 	key, sc, closeFn, err := d.connect(ctx, &c, "console")
 	if err != nil {
 		return err
 	}
 	defer closeFn()
+	if key == nil {
+		if err := refuseUnsigned(ctx, sc); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("console: listen on %s: %w (give another --listen, such as 127.0.0.1:0)", addr, err)
 	}
-	srv, err := newConsole(sc, deciderName(key, d.by), key != nil, d.timeout, c.link, ln.Addr().String())
+	var may []string
+	if key != nil {
+		may = key.May
+	}
+	srv, err := newConsole(sc, deciderName(key, d.by), key != nil, may, d.timeout, c.link, ln.Addr().String())
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
+	srv.ledger = store
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
-	url := srv.origin + "/?token=" + srv.token
+	url := srv.origin + "/#token=" + srv.token
 	if c.json {
 		_ = printJSONCompact(out, map[string]any{"url": url, "operator": srv.operator, "verified": srv.verified})
 	} else {
@@ -121,6 +150,29 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
+	return nil
+}
+
+// refuseUnsigned refuses a --by console (no key) when the workers require
+// signed decisions, read from a waiting plan's status (the status query
+// says so); with no plan waiting nothing is known yet, and the first
+// decision is refused by the worker instead.
+func refuseUnsigned(ctx context.Context, sc *sagaclient.Client) error {
+	lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	list, err := sc.Escalations(lctx)
+	if err != nil {
+		return nil // the page says what it cannot list
+	}
+	for _, e := range list {
+		st, err := sc.Status(lctx, e.WorkflowID)
+		if err == nil && st.SignedDecisions {
+			return usageErr("console: the workers accept only signed decisions (they have an operators file): start the console with --key FILE (starter operator keygen), not --by")
+		}
+		if err == nil {
+			return nil
+		}
+	}
 	return nil
 }
 
@@ -153,6 +205,8 @@ type console struct {
 	sc       *sagaclient.Client
 	operator string
 	verified bool
+	may      map[string]bool // the rights the operator's key was made for
+	ledger   ledger.Store    // the audit trail, for the decided history; nil: what this console saw
 	timeout  time.Duration
 	link     func(string) string
 	origin   string          // http://host:port, as served
@@ -160,9 +214,8 @@ type console struct {
 	static   http.Handler
 
 	mu      sync.Mutex
-	token   string // the one-time token of the printed URL; "" once spent
-	session string // the cookie's value, set when the token is spent
-	csrf    string
+	token   string                  // the one-time token of the printed URL; "" once spent
+	session string                  // the page's session secret, set when the token is spent
 	seen    map[string]seenQuestion // questions shown, by workflow and question id
 	order   []string                // seen keys, oldest first
 	decided []consoleItem           // newest first
@@ -174,7 +227,7 @@ type seenQuestion struct {
 	done bool
 }
 
-func newConsole(sc *sagaclient.Client, operator string, verified bool, timeout time.Duration, link func(string) string, addr string) (*console, error) {
+func newConsole(sc *sagaclient.Client, operator string, verified bool, may []string, timeout time.Duration, link func(string) string, addr string) (*console, error) {
 	tok, err := randomToken()
 	if err != nil {
 		return nil, err
@@ -188,7 +241,7 @@ func newConsole(sc *sagaclient.Client, operator string, verified bool, timeout t
 		hosts["localhost:"+port] = true
 	}
 	return &console{
-		sc: sc, operator: operator, verified: verified, timeout: timeout, link: link,
+		sc: sc, operator: operator, verified: verified, may: rightsOf(may), timeout: timeout, link: link,
 		origin: "http://" + addr, hosts: hosts, token: tok, seen: map[string]seenQuestion{},
 		static: http.StripPrefix("/static/", http.FileServerFS(consoleui.Static())),
 	}, nil
@@ -216,21 +269,20 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		consoleError(w, http.StatusForbidden, err.Error())
 		return
 	}
-	if r.URL.Path == "/" && r.URL.Query().Has("token") {
-		c.exchange(w, r)
-		return
-	}
-	if !c.hasSession(r) {
-		consoleError(w, http.StatusForbidden, "no console session: open the link `starter console` printed (it works once; start the console again for a new one)")
-		return
-	}
+	get := r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {
-	case r.URL.Path == "/" && r.Method == http.MethodGet:
+	case get && (r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/q/")):
+		// The page shell: nothing secret in it; its script asks for the
+		// session (and a deep link /q/{workflow}/{question} is read by it).
 		c.page(w)
 	case r.URL.Path == "/favicon.ico":
 		w.WriteHeader(http.StatusNoContent) // no icon: nothing to fetch from anywhere
-	case strings.HasPrefix(r.URL.Path, "/static/") && r.Method == http.MethodGet:
+	case get && strings.HasPrefix(r.URL.Path, "/static/"):
 		c.static.ServeHTTP(w, r)
+	case r.URL.Path == "/api/session" && r.Method == http.MethodPost:
+		c.exchange(w, r)
+	case !c.hasSession(r):
+		consoleError(w, http.StatusForbidden, "no console session: open the link `starter console` printed (it works once; start the console again for a new one)")
 	case r.URL.Path == "/api/questions" && r.Method == http.MethodGet:
 		c.questions(w, r)
 	case r.URL.Path == "/api/decide" && r.Method == http.MethodPost:
@@ -269,10 +321,22 @@ func (c *console) checkOrigin(r *http.Request) error {
 	return nil
 }
 
-// exchange spends the one-time token for a session cookie and redirects to
-// the page without the token in its address.
+// maxSessionBody bounds the body of POST /api/session.
+const maxSessionBody = 1 << 10
+
+// exchange spends the one-time token (POST /api/session, {"token": ...})
+// for the page's session secret, answered in the body: the page keeps it
+// in its origin's storage, never in a cookie.
 func (c *console) exchange(w http.ResponseWriter, r *http.Request) {
-	got := r.URL.Query().Get("token")
+	var body struct {
+		Token string `json:"token"`
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSessionBody))
+	if err != nil || json.Unmarshal(raw, &body) != nil {
+		consoleJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("the session request is not {\"token\": ...} within %d bytes", maxSessionBody), "field": "token"})
+		return
+	}
+	got := body.Token
 	c.mu.Lock()
 	ok := c.token != "" && len(got) == len(c.token) && subtle.ConstantTimeCompare([]byte(got), []byte(c.token)) == 1
 	if ok {
@@ -284,34 +348,28 @@ func (c *console) exchange(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	session, err := randomToken()
-	var csrf string
-	if err == nil {
-		csrf, err = randomToken()
-	}
 	if err != nil {
 		consoleError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	c.mu.Lock()
-	c.session, c.csrf = session, csrf
+	c.session = session
 	c.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: session, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	consoleJSON(w, http.StatusOK, map[string]any{"session": session, "operator": c.operator, "verified": c.verified})
 }
 
+// hasSession reports whether r carries the page's session secret in
+// sessionHeader. Cookies are never read.
 func (c *console) hasSession(r *http.Request) bool {
-	ck, err := r.Cookie(consoleCookie)
-	if err != nil {
-		return false
-	}
+	got := r.Header.Get(sessionHeader)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.session != "" && len(ck.Value) == len(c.session) && subtle.ConstantTimeCompare([]byte(ck.Value), []byte(c.session)) == 1
+	return c.session != "" && len(got) == len(c.session) && subtle.ConstantTimeCompare([]byte(got), []byte(c.session)) == 1
 }
 
 func (c *console) page(w http.ResponseWriter) {
 	c.mu.Lock()
-	data := consoleui.PageData{CSRF: c.csrf, Operator: c.operator, Verified: c.verified}
+	data := consoleui.PageData{Operator: c.operator, Verified: c.verified}
 	c.mu.Unlock()
 	var buf bytes.Buffer
 	if err := consoleui.Page.Execute(&buf, data); err != nil {
@@ -338,20 +396,31 @@ func consoleJSON(w http.ResponseWriter, code int, v any) {
 
 // consoleItem is one question as the page shows it.
 type consoleItem struct {
-	WorkflowID string           `json:"workflow_id"`
-	QuestionID string           `json:"question_id"`
-	Kind       string           `json:"kind"`
-	Step       int              `json:"step"`
-	Tool       string           `json:"tool"`
-	System     string           `json:"system,omitempty"`
-	Amount     string           `json:"amount,omitempty"`
-	State      string           `json:"state"`
-	OpenedAt   time.Time        `json:"opened_at"`
-	Age        string           `json:"age"`
-	ExpiresAt  time.Time        `json:"expires_at,omitzero"`
-	Expires    string           `json:"expires,omitempty"`
-	Answers    []string         `json:"answers"`
-	Clash      bool             `json:"clash"`
+	WorkflowID string    `json:"workflow_id"`
+	QuestionID string    `json:"question_id"`
+	Kind       string    `json:"kind"`
+	Step       int       `json:"step"`
+	Tool       string    `json:"tool"`
+	System     string    `json:"system,omitempty"`
+	Amount     string    `json:"amount,omitempty"`
+	State      string    `json:"state"`
+	OpenedAt   time.Time `json:"opened_at"`
+	Age        string    `json:"age"`
+	ExpiresAt  time.Time `json:"expires_at,omitzero"`
+	Expires    string    `json:"expires,omitempty"`
+	Answers    []string  `json:"answers"`
+	Clash      bool      `json:"clash"`
+	Key        string    `json:"key"`
+	Object     string    `json:"object,omitempty"`
+	Requester  string    `json:"requester,omitempty"`
+	// AmountMinor and Currency are the card's raw amount (search, sort).
+	AmountMinor int64  `json:"amount_minor,omitempty"`
+	Currency    string `json:"currency,omitempty"`
+	// Needs is the right deciding it takes (approve or resolve); MayDecide
+	// whether this console's operator holds it. The page shows buttons
+	// only when they do.
+	Needs      string           `json:"needs"`
+	MayDecide  bool             `json:"may_decide"`
 	Lines      []cardLine       `json:"lines"`
 	CardDigest string           `json:"card_digest"`
 	UI         string           `json:"ui"`
@@ -376,10 +445,24 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 	at := now()
 	list, err := c.sc.Escalations(ctx)
 	resp := struct {
-		Now     string        `json:"now"`
-		Open    []consoleItem `json:"open"`
-		Decided []consoleItem `json:"decided"`
-		Error   string        `json:"error,omitempty"`
+		Now string `json:"now"`
+		// Open is one page of the open questions that match the search;
+		// Total how many match, All how many are open, Page/Pages/Size
+		// the paging.
+		Open     []consoleItem       `json:"open"`
+		Total    int                 `json:"total"`
+		All      int                 `json:"all"`
+		Page     int                 `json:"page"`
+		Pages    int                 `json:"pages"`
+		Size     int                 `json:"size"`
+		Facets   map[string][]string `json:"facets"`
+		Operator string              `json:"operator"`
+		May      []string            `json:"may"`
+		Decided  []consoleItem       `json:"decided"`
+		// DecidedFrom says where Decided comes from: ledger (the audit
+		// trail, durable) or console (what this console saw decided).
+		DecidedFrom string `json:"decided_from"`
+		Error       string `json:"error,omitempty"`
 	}{Now: at.UTC().Format(time.RFC3339), Open: []consoleItem{}}
 	if err != nil {
 		resp.Error = "could not list the plans waiting for a person: " + err.Error()
@@ -397,14 +480,37 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sort.SliceStable(resp.Open, func(i, j int) bool { return resp.Open[i].OpenedAt.Before(resp.Open[j].OpenedAt) })
+	all := resp.Open
+	f, ferr := parseFind(r.URL.Query())
+	if ferr != nil {
+		consoleJSON(w, http.StatusBadRequest, map[string]string{"error": ferr.Error(), "field": ferr.(*fieldError).field})
+		return
+	}
+	resp.Open, resp.Total, resp.Page = find(all, f)
+	resp.Size, resp.Pages = f.size, max(1, (resp.Total+f.size-1)/f.size)
+	resp.All, resp.Facets = len(all), facetsOf(all)
+	resp.Operator, resp.May = c.operator, c.rights()
 	if len(problems) > 0 && resp.Error == "" {
 		resp.Error = "status unavailable for " + strings.Join(problems, "; ")
 	}
-	c.remember(resp.Open)
+	c.remember(all)
 	c.settle(ctx, open)
-	c.mu.Lock()
-	resp.Decided = append([]consoleItem{}, c.decided...)
-	c.mu.Unlock()
+	if c.ledger != nil {
+		dq, err := parseDecidedQuery(r.URL.Query(), at)
+		if err != nil {
+			consoleJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error(), "field": err.(*fieldError).field})
+			return
+		}
+		recs, err := c.ledger.DecisionLog(ctx, dq)
+		if err != nil {
+			resp.Error = "could not read the decided questions from the ledger: " + err.Error()
+		}
+		resp.Decided, resp.DecidedFrom = decidedItems(recs, c.link), "ledger"
+	} else {
+		c.mu.Lock()
+		resp.Decided, resp.DecidedFrom = append([]consoleItem{}, c.decided...), "console"
+		c.mu.Unlock()
+	}
 	consoleJSON(w, http.StatusOK, resp)
 }
 
@@ -420,7 +526,13 @@ func (c *console) item(e sagaclient.Escalation, q workflows.Question, at time.Ti
 		WorkflowID: e.WorkflowID, QuestionID: q.ID, Kind: q.Kind, Step: q.Step, Tool: toolName, System: q.Card.System,
 		Amount: q.Card.Amount, State: string(e.State), OpenedAt: q.OpenedAt, Age: age(q.OpenedAt, at), ExpiresAt: q.ExpiresAt,
 		Answers: q.Answers, Clash: q.Card.Clash != "", Lines: cardLines(q.Card), CardDigest: workflows.CardDigest(q.Card), UI: c.link(e.WorkflowID),
+		Key: q.Key, Object: q.Card.Object, Requester: q.Card.RequestedBy, AmountMinor: q.Card.AmountMinor, Currency: q.Card.Currency,
+		Needs: operators.ActionResolve,
 	}
+	if q.Kind == workflows.QuestionApproval {
+		it.Needs = operators.ActionApprove
+	}
+	it.MayDecide = c.may[it.Needs]
 	if it.Answers == nil {
 		it.Answers = []string{}
 	}
@@ -626,14 +738,6 @@ func parseDecideRequest(body []byte) (decideRequest, error) {
 // card the page showed; the decision goes through approveShown or
 // resolveShown, as starter approve and resolve send it.
 func (c *console) decide(w http.ResponseWriter, r *http.Request) {
-	c.mu.Lock()
-	csrf := c.csrf
-	c.mu.Unlock()
-	got := r.Header.Get(csrfHeader)
-	if csrf == "" || len(got) != len(csrf) || subtle.ConstantTimeCompare([]byte(got), []byte(csrf)) != 1 {
-		consoleError(w, http.StatusForbidden, "refused: the request lacks the page's CSRF token; decide from the console's page")
-		return
-	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxConsoleBody))
 	if err != nil {
 		consoleJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("the request is over the limit of %d bytes", maxConsoleBody), "field": "body"})
@@ -661,6 +765,10 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request) {
 		return
 	case workflows.CardDigest(q.Card) != req.CardDigest:
 		consoleError(w, http.StatusConflict, fmt.Sprintf("the card of question %s changed since the page showed it: look at it again", q.ID))
+		return
+	}
+	if needs := map[bool]string{true: operators.ActionApprove, false: operators.ActionResolve}[q.Kind == workflows.QuestionApproval]; !c.may[needs] {
+		consoleError(w, http.StatusForbidden, fmt.Sprintf("refused: question %s needs the %s right and the key of %s was made for %s only; ask an operator who holds it", q.ID, needs, c.operator, strings.Join(c.rights(), ", ")))
 		return
 	}
 	// Signed with the key, By is the key's name (sagaclient sets it);

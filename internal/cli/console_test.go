@@ -34,7 +34,7 @@ func TestConsoleRefusesANonLoopbackListen(t *testing.T) {
 func consoleServer(t *testing.T) (*console, *httptest.Server) {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(nil)
-	c, err := newConsole(nil, "alice", true, time.Second, func(id string) string { return "ui/" + id }, srv.Listener.Addr().String())
+	c, err := newConsole(nil, "alice", true, nil, time.Second, func(id string) string { return "ui/" + id }, srv.Listener.Addr().String())
 	require.NoError(t, err)
 	srv.Config.Handler = c
 	srv.Start()
@@ -61,57 +61,61 @@ func consoleDo(t *testing.T, srv *httptest.Server, method, path string, hdr map[
 	return resp, string(b)
 }
 
-// The token is exchanged once for an HttpOnly SameSite=Strict cookie and a
-// redirect that drops it; every request is checked for Host, Origin and the
-// session; POSTs for Origin, JSON and the CSRF token; every answer carries
-// the strict CSP.
+// The token, from the printed URL's fragment, is exchanged once (POST
+// /api/session) for a session secret the page sends in a header; no cookie
+// is ever set or read, so another local port gets nothing (issue 35); every
+// request is checked for Host and Origin; every API call for the session;
+// POSTs for Origin and JSON; every answer carries the strict CSP.
 func TestConsoleSecurity(t *testing.T) {
 	c, srv := consoleServer(t)
 	token := c.token
 
-	resp, _ := consoleDo(t, srv, "GET", "/", nil, "")
-	require.Equal(t, http.StatusForbidden, resp.StatusCode, "no session, no page")
+	resp, page := consoleDo(t, srv, "GET", "/", nil, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the page shell is public: it holds nothing secret")
+	require.Empty(t, resp.Cookies(), "no cookie, ever")
+	require.NotContains(t, page, token)
 	require.Equal(t, consoleCSP, resp.Header.Get("Content-Security-Policy"))
 	require.NotContains(t, consoleCSP, "unsafe-inline")
-
-	resp, body := consoleDo(t, srv, "GET", "/?token="+token, map[string]string{"Host": "evil.example:8235"}, "")
-	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a rebound name is refused: %s", body)
-	require.Contains(t, body, "is not this console's address")
-	require.Equal(t, token, c.token, "a refused request does not spend the token")
-
-	resp, _ = consoleDo(t, srv, "GET", "/?token="+token, map[string]string{"Sec-Fetch-Site": "cross-site"}, "")
-	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a cross-site navigation is refused")
-
-	resp, _ = consoleDo(t, srv, "GET", "/?token="+token, map[string]string{"Sec-Fetch-Site": "none"}, "")
-	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	require.Equal(t, "/", resp.Header.Get("Location"), "the token leaves the address")
-	var cookie *http.Cookie
-	for _, ck := range resp.Cookies() {
-		if ck.Name == consoleCookie {
-			cookie = ck
-		}
-	}
-	require.NotNil(t, cookie)
-	require.True(t, cookie.HttpOnly)
-	require.Equal(t, http.SameSiteStrictMode, cookie.SameSite)
-	require.NotEqual(t, token, cookie.Value)
-
-	resp, _ = consoleDo(t, srv, "GET", "/?token="+token, nil, "")
-	require.Equal(t, http.StatusForbidden, resp.StatusCode, "the token works once")
-
-	sess := map[string]string{"Cookie": consoleCookie + "=" + cookie.Value}
-	resp, page := consoleDo(t, srv, "GET", "/", sess, "")
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Contains(t, page, `<meta name="agentsaga-csrf" content="`+c.csrf+`">`)
 	require.NotContains(t, page, "<script>", "no inline script")
 	require.NotContains(t, page, "style=", "no inline style")
 	require.NotContains(t, page, "http", "no asset from anywhere else")
-	resp, js := consoleDo(t, srv, "GET", "/static/console.js", sess, "")
+	resp, js := consoleDo(t, srv, "GET", "/static/console.js", nil, "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.NotContains(t, js, "innerHTML", "values go in as text")
+	resp, _ = consoleDo(t, srv, "GET", "/api/questions", nil, "")
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "no session, no questions")
+
+	post := map[string]string{"Origin": srv.URL, "Content-Type": "application/json"}
+	tokenBody := `{"token":"` + token + `"}`
+	resp, body := consoleDo(t, srv, "POST", "/api/session", map[string]string{"Host": "evil.example:8235", "Origin": "http://evil.example:8235", "Content-Type": "application/json"}, tokenBody)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a rebound name is refused: %s", body)
+	require.Contains(t, body, "is not this console's address")
+	require.Equal(t, token, c.token, "a refused request does not spend the token")
+	for name, hdr := range map[string]map[string]string{
+		"cross-site":              {"Origin": srv.URL, "Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"},
+		"same-site, another port": {"Origin": srv.URL, "Content-Type": "application/json", "Sec-Fetch-Site": "same-site"},
+		"other origin":            {"Origin": "http://127.0.0.1:1", "Content-Type": "application/json"},
+		"no origin":               {"Content-Type": "application/json"},
+	} {
+		resp, body := consoleDo(t, srv, "POST", "/api/session", hdr, tokenBody)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s: %s", name, body)
+	}
+	require.Equal(t, token, c.token)
+	resp, body = consoleDo(t, srv, "POST", "/api/session", post, tokenBody)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Empty(t, resp.Cookies(), "the session is no cookie")
+	var got struct{ Session string }
+	require.NoError(t, json.Unmarshal([]byte(body), &got))
+	require.NotEmpty(t, got.Session)
+	require.NotEqual(t, token, got.Session)
+	resp, _ = consoleDo(t, srv, "POST", "/api/session", post, tokenBody)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "the token works once")
+
+	resp, _ = consoleDo(t, srv, "GET", "/api/questions", map[string]string{"Cookie": "agentsaga_console=" + got.Session}, "")
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "the secret as a cookie is not a session")
 
 	with := func(extra map[string]string) map[string]string {
-		m := map[string]string{"Cookie": sess["Cookie"], "Origin": srv.URL, "Content-Type": "application/json", csrfHeader: c.csrf}
+		m := map[string]string{sessionHeader: got.Session, "Origin": srv.URL, "Content-Type": "application/json"}
 		for k, v := range extra {
 			if v == "" {
 				delete(m, k)
@@ -123,14 +127,13 @@ func TestConsoleSecurity(t *testing.T) {
 	}
 	good := `{"workflow_id":"agent-plan:s:1","question_id":"q1-step1-approval","action":"approve","reason":"ok","card_digest":"` + workflows.CardDigest(workflows.Card{}) + `"}`
 	for name, hdr := range map[string]map[string]string{
-		"no origin":    with(map[string]string{"Origin": ""}),
-		"other origin": with(map[string]string{"Origin": "http://evil.example"}),
-		"form post":    with(map[string]string{"Content-Type": "application/x-www-form-urlencoded"}),
-		"no csrf":      with(map[string]string{csrfHeader: ""}),
-		"wrong csrf":   with(map[string]string{csrfHeader: strings.Repeat("x", len(c.csrf))}),
-		"no session":   with(map[string]string{"Cookie": ""}),
-		"cross-site":   with(map[string]string{"Sec-Fetch-Site": "cross-site"}),
-		"foreign host": with(map[string]string{"Host": "evil.example"}),
+		"no origin":     with(map[string]string{"Origin": ""}),
+		"other origin":  with(map[string]string{"Origin": "http://evil.example"}),
+		"form post":     with(map[string]string{"Content-Type": "application/x-www-form-urlencoded"}),
+		"no session":    with(map[string]string{sessionHeader: ""}),
+		"wrong session": with(map[string]string{sessionHeader: strings.Repeat("x", len(got.Session))}),
+		"cross-site":    with(map[string]string{"Sec-Fetch-Site": "cross-site"}),
+		"foreign host":  with(map[string]string{"Host": "evil.example"}),
 	} {
 		resp, body := consoleDo(t, srv, "POST", "/api/decide", hdr, good)
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s: %s", name, body)

@@ -113,6 +113,8 @@ func suggest(op ledger.Operation, specs tool.Catalog) string {
 	spec, known := specs.Spec(op.ActionType)
 	reversal := tool.IsReversalKey(op.Key)
 	switch {
+	case op.ActionType == ledger.NotifyActionType:
+		return fmt.Sprintf("the webhook has not acknowledged this notification (%s): the worker posts it again with backoff for its --notify-retry-for (default 24h) and the row leaves this list once a post gets a 2xx; check the receiver (worker metric agentsaga_notifications_total{result=\"failed\"}); nothing here needs a decision: the question itself is answered in `starter console` or by `%s`", op.ErrorCode, status)
 	case op.HoldReason != "":
 		return fmt.Sprintf("held before any call (%s); read the card in `%s`, then starter approve %s --step %s --override --key FILE if it must run anyway, or --reject", op.HoldReason, status, wf, step)
 	case op.Status == ledger.CompensationFailed || reversal && op.Status == ledger.NeedsHuman:
@@ -197,6 +199,14 @@ func cmdExceptions(ctx context.Context, args []string, _ io.Reader, out io.Write
 func queue(ops []ledger.Operation, specs tool.Catalog, older time.Duration, at time.Time) []ledger.Operation {
 	var out []ledger.Operation
 	for _, op := range ops {
+		if op.ActionType == ledger.NotifyActionType {
+			// Posted again every few minutes: its age counts from the
+			// first try.
+			if at.Sub(op.CreatedAt) >= older {
+				out = append(out, op)
+			}
+			continue
+		}
 		if op.Status == ledger.Unknown && at.Sub(op.UpdatedAt) < older {
 			if spec, ok := specs.Spec(op.ActionType); !ok || !spec.NoLookup {
 				continue

@@ -2,8 +2,11 @@
 // one HTML page, its script and its style sheet, embedded in the binary so
 // the console loads nothing from anywhere else. The page renders every value
 // with textContent (never as HTML) and talks only to the console's own
-// /api/questions and /api/decide, so it runs under a Content-Security-Policy
-// without inline script or style.
+// /api/session, /api/questions and /api/decide, so it runs under a
+// Content-Security-Policy without inline script or style. The page holds no
+// secret: its script exchanges the one-time token of the printed link (in
+// the URL's fragment) for the session secret, kept in the origin's
+// localStorage and sent in the X-Agentsaga-Session header.
 //
 // It is internal: not API.
 package consoleui
@@ -31,9 +34,6 @@ var Page = template.Must(template.ParseFS(assets, "assets/index.html"))
 
 // PageData fills the page.
 type PageData struct {
-	// CSRF is the token the page sends back with every POST
-	// (X-Agentsaga-CSRF); it sits in a meta element, not in a script.
-	CSRF string
 	// Operator is who the console decides as, and Verified whether it
 	// signs (an operator key) or sends a typed name.
 	Operator string

@@ -171,3 +171,38 @@ func testTextNeverRefused(t *testing.T, h Harness) {
 	}
 	require.NoError(t, rows.Err())
 }
+
+// The decision log lists the audit trail across operations, newest first,
+// filtered by who, kind and when, bounded by its limit.
+func testDecisionLog(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	t0 := e.clock.Now().Truncate(time.Second)
+	for i, d := range []ledger.DecisionRecord{
+		{Key: "s1:1:1:apply_refund", QuestionID: "q1", Kind: "approve", By: "alice"},
+		{Key: "s2:1:1:apply_refund", QuestionID: "q1", Kind: "reject", By: "bob"},
+		{Key: "s3:1:1:send_email", QuestionID: "q2", Kind: "resolve", By: "alice", Outcome: "succeeded"},
+		{Key: "s4:1:1:apply_refund", QuestionID: "q1", Kind: "refused", By: "bob", Refused: "bob may not resolve"},
+	} {
+		d.AppliedAt = t0.Add(time.Duration(i) * time.Minute)
+		_, err := e.store.RecordDecision(e.ctx, d)
+		require.NoError(t, err)
+	}
+	keys := func(q ledger.DecisionQuery) []string {
+		t.Helper()
+		ds, err := e.store.DecisionLog(e.ctx, q)
+		require.NoError(t, err)
+		var out []string
+		for _, d := range ds {
+			out = append(out, d.Key)
+		}
+		return out
+	}
+	require.Equal(t, []string{"s4:1:1:apply_refund", "s3:1:1:send_email", "s2:1:1:apply_refund", "s1:1:1:apply_refund"}, keys(ledger.DecisionQuery{}), "newest first")
+	require.Equal(t, []string{"s3:1:1:send_email", "s1:1:1:apply_refund"}, keys(ledger.DecisionQuery{By: "alice"}))
+	require.Equal(t, []string{"s2:1:1:apply_refund"}, keys(ledger.DecisionQuery{Kind: "reject"}))
+	require.Equal(t, []string{"s3:1:1:send_email", "s2:1:1:apply_refund"}, keys(ledger.DecisionQuery{Since: t0.Add(time.Minute), Until: t0.Add(3 * time.Minute)}))
+	require.Equal(t, []string{"s4:1:1:apply_refund"}, keys(ledger.DecisionQuery{Limit: 1}))
+	require.Empty(t, keys(ledger.DecisionQuery{By: "alice'; --"}))
+	_, err := e.store.DecisionLog(e.ctx, ledger.DecisionQuery{Limit: ledger.MaxDecisionLog + 1})
+	require.ErrorContains(t, err, "limit 1001")
+}

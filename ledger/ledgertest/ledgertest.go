@@ -170,6 +170,7 @@ func Run(t *testing.T, h Harness) {
 		{"GivenUpReleasesGuard", testGivenUpReleasesGuard},
 		{"GuardOutlivesPurge", testGuardOutlivesPurge},
 		{"Decisions", testDecisions},
+		{"DecisionLog", testDecisionLog},
 		{"TextNeverRefused", testTextNeverRefused},
 		{"InScope", testInScope},
 		{"SummaryKeptAndRedacted", testSummary},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/agentsaga/agentsaga/ledger"
 )
@@ -42,9 +43,41 @@ func decisionKeys(key string) []any {
 // Decisions implements ledger.Store.
 func (s *Store) Decisions(ctx context.Context, key string) ([]ledger.DecisionRecord, error) {
 	key = cleanText(key)
-	rows, err := s.db.QueryContext(ctx, s.q.decisions, decisionKeys(key)...)
+	ds, err := s.decisionRows(ctx, s.q.decisions, decisionKeys(key)...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger decisions of %q: %w", key, err)
+	}
+	return ds, nil
+}
+
+// DecisionLog implements ledger.Store.
+func (s *Store) DecisionLog(ctx context.Context, q ledger.DecisionQuery) ([]ledger.DecisionRecord, error) {
+	if q.Limit < 0 || q.Limit > ledger.MaxDecisionLog {
+		return nil, fmt.Errorf("ledger decision log: limit %d: give 1 to %d (0 for %d)", q.Limit, ledger.MaxDecisionLog, ledger.MaxDecisionLog)
+	}
+	if q.Limit == 0 {
+		q.Limit = ledger.MaxDecisionLog
+	}
+	since, until := q.Since, q.Until
+	if since.IsZero() {
+		since = time.Unix(0, 0)
+	}
+	if until.IsZero() {
+		until = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	by, kind := cleanText(q.By), cleanText(q.Kind)
+	ds, err := s.decisionRows(ctx, s.q.decisionLog, s.d.Time(since.UTC()), s.d.Time(until.UTC()), by, by, kind, kind, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("ledger decision log: %w", err)
+	}
+	return ds, nil
+}
+
+// decisionRows runs query, a select of the decisions' columns.
+func (s *Store) decisionRows(ctx context.Context, query string, args ...any) ([]ledger.DecisionRecord, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var ds []ledger.DecisionRecord
@@ -57,7 +90,7 @@ func (s *Store) Decisions(ctx context.Context, key string) ([]ledger.DecisionRec
 		)
 		if err := rows.Scan(&d.ID, &d.QuestionID, &d.Key, &d.WorkflowID, &d.Kind, &d.By, &d.Verified, &sent, &applied,
 			&card, &d.Outcome, &d.ExternalID, &d.Note, &d.Refused, &opened, &d.CardDigest); err != nil {
-			return nil, fmt.Errorf("ledger decisions of %q: %w", key, err)
+			return nil, err
 		}
 		d.SentAt, d.AppliedAt, d.OpenedAt = sent.Time, applied.Time, opened.Time
 		if card.Valid {
@@ -65,8 +98,5 @@ func (s *Store) Decisions(ctx context.Context, key string) ([]ledger.DecisionRec
 		}
 		ds = append(ds, d)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("ledger decisions of %q: %w", key, err)
-	}
-	return ds, nil
+	return ds, rows.Err()
 }

@@ -292,7 +292,7 @@ func (s *Store) marksArgs(st ledger.Status, now any) []any {
 
 type queries struct {
 	get, getNow, exists, insert, claim, complete, resolve, exceptions, purge, guard, duplicate, inScope string
-	permit, consume, grant, decision, decisions, replayed, holders                                      string
+	permit, consume, grant, decision, decisions, decisionLog, replayed, holders                         string
 }
 
 func newQueries(expand func(string) string) queries {
@@ -375,6 +375,12 @@ func newQueries(expand func(string) string) queries {
 		decisions: expand(`SELECT id, question_id, operation_key, workflow_id, kind, decided_by, verified, sent_at,
 			applied_at, card, outcome, external_id, note, refused, opened_at, card_digest
 			FROM decisions WHERE operation_key IN (?, ?) OR (operation_key > ? AND operation_key < ?) ORDER BY id`),
+		// decisionLog reads the audit trail by time (decisions_applied),
+		// newest first; '' and the zero times do not filter.
+		decisionLog: expand(`SELECT id, question_id, operation_key, workflow_id, kind, decided_by, verified, sent_at,
+			applied_at, card, outcome, external_id, note, refused, opened_at, card_digest
+			FROM decisions WHERE applied_at >= ? AND applied_at < ? AND (? = '' OR decided_by = ?) AND (? = '' OR kind = ?)
+			ORDER BY applied_at DESC, id DESC LIMIT ?`),
 	}
 }
 
@@ -1024,6 +1030,7 @@ func IndexedQueries(s *Store) []IndexedQuery {
 		{"in scope", s.q.inScope, []any{"refund-per-order:o-1", 10}, "operations_scope"},
 		{"duplicate", s.q.duplicate, []any{now, "apply_refund", "order:o-1", "ab12", "k", now, int64(-1e9)}, "operations_duplicate"},
 		{"decisions", s.q.decisions, decisionKeys("k"), "decisions_operation"},
+		{"decision log", s.q.decisionLog, []any{s.d.Time(time.Now().Add(-time.Hour)), s.d.Time(time.Now()), "alice", "alice", "", "", 50}, "decisions_applied"},
 		{"permit", s.q.permit, []any{"q-1"}, "permits_pkey|sqlite_autoindex_permits_1"},
 		{"exceptions", s.q.exceptions, []any{now, int64(-1e9), now, int64(0)}, "operations_exceptions"},
 		{"stuck leases", s.q.exceptions, []any{now, int64(-1e9), now, int64(0)}, "operations_leases"},

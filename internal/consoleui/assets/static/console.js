@@ -4,13 +4,26 @@
 'use strict';
 
 (function () {
-  const csrf = document.querySelector('meta[name="agentsaga-csrf"]').content;
+  // The session secret lives in this origin's localStorage (scoped by
+  // port, unlike a cookie) and goes in a header; never in a cookie.
+  const SESSION = 'agentsaga-console-session';
+  const PENDING = 'agentsaga-console-pending';
+  const loginEl = document.getElementById('login');
+  const findErr = document.getElementById('find-error');
+  const pageInfo = document.getElementById('pageinfo');
+  const prevBtn = document.getElementById('prev');
+  const nextBtn = document.getElementById('next');
+  let page = 1;
+  let pages = 1;
+  let deep = null; // {workflow, question} of a /q/ link
   const openEl = document.getElementById('open');
   const decidedEl = document.getElementById('decided');
   const statusEl = document.getElementById('status');
   const noneEl = document.getElementById('none');
   const countEl = document.getElementById('open-count');
   const filters = document.getElementById('filters');
+  const decidedFilters = document.getElementById('decided-filters');
+  const decidedFrom = document.getElementById('decided-from');
   const shown = new Map(); // question key -> its article
   let refreshing = null;
 
@@ -55,22 +68,28 @@
 
   function buttonsFor(q) {
     const out = [];
-    const add = (action, label, cls) => {
+    if (!q.may_decide) return out;
+    const add = (action, label, cls, does) => {
       const b = el('button', cls, label);
       b.type = 'button';
       b.dataset.action = action;
+      b.title = does;
+      b.dataset.does = does;
       out.push(b);
     };
+    // One order for every kind: the answer that makes no new effect first,
+    // then the one that confirms, then the one that may make a second
+    // effect; none is styled as the default.
     if (q.kind === 'approval') {
-      if (q.clash) add('override', 'Override the clash and approve', 'warn');
-      else add('approve', 'Approve', 'ok');
-      add('reject', 'Reject', 'no');
+      add('reject', 'Reject', 'no', 'the step is not run; the plan compensates what it did');
+      if (q.clash) add('override', 'Override the clash and approve', 'warn', 'runs the step although the card shows a clash or a suspected duplicate');
+      else add('approve', 'Approve', 'warn', 'runs the step once, with the arguments on this card');
     } else {
-      for (const a of q.answers || []) {
-        if (a === 'succeeded') add('succeeded', 'It happened (succeeded)', 'ok');
-        if (a === 'failed') add('failed', 'It did not happen (failed)', 'no');
-        if (a === 'retry') add('retry', 'It did not happen: call again (retry)', 'warn');
-      }
+      const what = q.kind === 'reversal' ? 'the reversal' : 'the call';
+      const has = (a) => (q.answers || []).includes(a);
+      if (has('failed')) add('failed', 'It did not happen (failed)', 'no', 'records that ' + what + ' made no effect; nothing is called');
+      if (has('succeeded')) add('succeeded', 'It happened (succeeded)', 'warn', 'records that ' + what + ' took effect; nothing is called');
+      if (has('retry')) add('retry', 'Call again (retry)', 'warn', 'calls ' + what + ' again: a second effect (a second e-mail, a second refund) if the first one did happen');
     }
     return out;
   }
@@ -110,10 +129,13 @@
     }
     const row = el('p', 'buttons');
     const buttons = buttonsFor(q);
+    if (!q.may_decide) row.append(el('span', 'cannot', 'you may not decide this: it needs the ' + q.needs + ' right'));
+    const does = el('ul', 'does');
+    for (const b of buttons) does.append(el('li', null, b.textContent + ': ' + b.dataset.does));
     row.append(...buttons);
     const result = el('p', 'result');
     result.setAttribute('role', 'alert');
-    form.append(row, result);
+    form.append(row, does, result);
     art.append(form);
 
     for (const b of buttons) {
@@ -134,13 +156,18 @@
     try {
       const resp = await fetch('/api/decide', {
         method: 'POST', credentials: 'same-origin', cache: 'no-store',
-        headers: { 'Content-Type': 'application/json', 'X-Agentsaga-CSRF': csrf },
+        headers: { 'Content-Type': 'application/json', 'X-Agentsaga-Session': session() },
         body: JSON.stringify(body),
       });
       const got = await resp.json();
       if (!resp.ok) throw new Error(got.error || ('HTTP ' + resp.status));
       result.className = 'result ok';
       result.textContent = got.message;
+      // It stays where it is, marked done, until the operator moves on:
+      // the list does not move under the pointer.
+      const art = result.closest('article');
+      art.classList.add('done');
+      art.dataset.done = 'true';
     } catch (e) {
       result.className = 'result error';
       result.textContent = String(e.message || e);
@@ -180,23 +207,26 @@
     sel.value = want.includes(cur) ? cur : '';
   }
 
-  function applyFilters() {
-    const f = { kind: filters.kind.value, tool: filters.tool.value, system: filters.system.value };
-    let visible = 0;
-    for (const art of shown.values()) {
-      const hide = (f.kind && art.dataset.kind !== f.kind) || (f.tool && art.dataset.tool !== f.tool) ||
-        (f.system && art.dataset.system !== f.system);
-      art.hidden = !!hide;
-      if (!hide) visible++;
+  function query() {
+    const p = new URLSearchParams();
+    for (const name of ['view', 'q', 'plan', 'key', 'object', 'requester', 'amount_min', 'amount_max', 'kind', 'tool', 'system', 'sort', 'size']) {
+      const v = filters[name].value.trim();
+      if (v !== '') p.set(name, v);
     }
-    countEl.textContent = '(' + visible + (visible === shown.size ? '' : ' of ' + shown.size) + ')';
-    noneEl.hidden = shown.size !== 0;
+    for (const name of ['decided_by', 'outcome', 'within']) {
+      const v = decidedFilters[name].value.trim();
+      if (v !== '') p.set(name, v);
+    }
+    if (deep) { p.set('plan', deep.workflow); p.set('view', 'all'); }
+    p.set('page', String(page));
+    return p.toString();
   }
 
   function render(data) {
     const want = new Set();
     let prev = null;
-    for (const q of data.open) {
+    const list = deep ? data.open.filter((q) => q.question_id === deep.question) : data.open;
+    for (const q of list) {
       const k = keyOf(q);
       want.add(k);
       let art = shown.get(k);
@@ -204,8 +234,6 @@
         art = openArticle(q);
         shown.set(k, art);
       }
-      // Oldest first: keep the server's order without rebuilding what the
-      // operator may be typing into.
       if (prev ? prev.nextSibling !== art : openEl.firstChild !== art) {
         if (prev) prev.after(art); else openEl.prepend(art);
       }
@@ -214,24 +242,74 @@
       art.querySelector('.expiry').textContent = q.expires ? ' · ' + q.expires : '';
     }
     for (const [k, art] of shown) {
-      if (!want.has(k)) { art.remove(); shown.delete(k); }
+      // A question decided here stays in place, marked done.
+      if (!want.has(k) && art.dataset.done !== 'true') { art.remove(); shown.delete(k); }
     }
     decidedEl.replaceChildren(...data.decided.map(decidedArticle));
-    fillSelect(filters.kind, data.open.map((q) => q.kind));
-    fillSelect(filters.tool, data.open.map((q) => q.tool));
-    fillSelect(filters.system, data.open.map((q) => q.system));
-    applyFilters();
+    decidedFrom.textContent = data.decided_from === 'ledger' ? '(from the ledger\u2019s audit trail)' : '(since this console started; give it --ledger for the audit trail)';
+    decidedFilters.hidden = data.decided_from !== 'ledger';
+    fillSelect(filters.kind, data.facets.kind);
+    fillSelect(filters.tool, data.facets.tool);
+    fillSelect(filters.system, data.facets.system);
+    page = data.page;
+    pages = data.pages;
+    pageInfo.textContent = 'page ' + data.page + ' of ' + data.pages;
+    prevBtn.disabled = page <= 1;
+    nextBtn.disabled = page >= pages;
+    countEl.textContent = '(' + data.total + ' match' + (data.total === 1 ? '' : 'es') + ' of ' + data.all + ' open)';
+    noneEl.hidden = list.length !== 0;
+    if (deep && list.length === 0) {
+      noneEl.hidden = false;
+      noneEl.textContent = 'Question ' + deep.question + ' of ' + deep.workflow + ' is not open (any more): see Decided below.';
+    }
     statusEl.className = data.error ? 'status error' : 'status';
     statusEl.textContent = data.error ? data.error : 'up to date at ' + data.now + ' (refreshed every 3 s)';
     document.body.dataset.loaded = 'true';
   }
 
+  function session() { return localStorage.getItem(SESSION) || ''; }
+
+  // login spends the one-time token of the printed link (in the URL's
+  // fragment, which no server ever receives) for the session secret.
+  async function login() {
+    const m = /^#token=([A-Za-z0-9_-]+)$/.exec(location.hash);
+    if (!m) return;
+    history.replaceState(null, '', location.pathname);
+    const resp = await fetch('/api/session', {
+      method: 'POST', credentials: 'omit', cache: 'no-store',
+      headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ token: m[1] }),
+    });
+    const got = await resp.json();
+    if (!resp.ok) throw new Error(got.error || ('HTTP ' + resp.status));
+    localStorage.setItem(SESSION, got.session);
+    const pending = localStorage.getItem(PENDING);
+    localStorage.removeItem(PENDING);
+    if (pending && /^\/q\//.test(pending) && location.pathname === '/') history.replaceState(null, '', pending);
+  }
+
   async function refresh() {
     if (refreshing) clearTimeout(refreshing);
     try {
-      const resp = await fetch('/api/questions', { credentials: 'same-origin', cache: 'no-store' });
+      const resp = await fetch('/api/questions?' + query(), {
+        credentials: 'omit', cache: 'no-store', headers: { 'X-Agentsaga-Session': session() },
+      });
       const data = await resp.json();
+      if (resp.status === 403 && !location.hash) {
+        // No session (or the console was restarted): keep a question
+        // link for after the operator opens the new link.
+        if (deep) localStorage.setItem(PENDING, location.pathname);
+        loginEl.hidden = false;
+        document.body.dataset.loaded = 'true';
+        throw new Error(data.error || 'no session');
+      }
+      if (resp.status === 400) {
+        findErr.hidden = false;
+        findErr.textContent = data.error;
+        return;
+      }
+      findErr.hidden = true;
       if (!resp.ok) throw new Error(data.error || ('HTTP ' + resp.status));
+      loginEl.hidden = true;
       render(data);
     } catch (e) {
       statusEl.className = 'status error';
@@ -241,6 +319,40 @@
     }
   }
 
-  filters.addEventListener('change', applyFilters);
-  refresh();
+  // A new search starts at page 1; moving on (a search, another page)
+  // drops the questions decided here.
+  function restart() { page = 1; moveOn(); }
+  let typing = null;
+  // A select searches at once; typing searches once it pauses.
+  filters.addEventListener('change', (e) => { if (e.target.tagName === 'SELECT') restart(); });
+  filters.addEventListener('input', (e) => {
+    if (e.target.tagName !== 'INPUT') return;
+    clearTimeout(typing);
+    typing = setTimeout(restart, 300);
+  });
+  filters.addEventListener('submit', (e) => { e.preventDefault(); restart(); });
+  decidedFilters.addEventListener('change', (e) => { if (e.target.tagName === 'SELECT') refresh(); });
+  decidedFilters.addEventListener('input', (e) => {
+    if (e.target.tagName !== 'INPUT') return;
+    clearTimeout(typing);
+    typing = setTimeout(refresh, 300);
+  });
+  decidedFilters.addEventListener('submit', (e) => { e.preventDefault(); refresh(); });
+  prevBtn.addEventListener('click', () => { if (page > 1) { page--; moveOn(); } });
+  nextBtn.addEventListener('click', () => { if (page < pages) { page++; moveOn(); } });
+  function moveOn() {
+    for (const [k, art] of shown) {
+      if (art.dataset.done === 'true') { art.remove(); shown.delete(k); }
+    }
+    refresh();
+  }
+
+  login().catch((e) => {
+    statusEl.className = 'status error';
+    statusEl.textContent = 'could not open the session: ' + String(e.message || e);
+  }).finally(() => {
+    const m = /^\/q\/([^/]+)\/([^/]+)$/.exec(location.pathname);
+    if (m) deep = { workflow: decodeURIComponent(m[1]), question: decodeURIComponent(m[2]) };
+    refresh();
+  });
 }());
