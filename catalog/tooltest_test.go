@@ -141,9 +141,9 @@ func TestLookupOnlyCatalogPassesToolKit(t *testing.T) {
 			}
 			return c.Tools()
 		},
-		Args:     json.RawMessage(`{"to":"ana@example.com","subject":"Your refund","body":"It is on its way."}`),
-		Changed:  json.RawMessage(`{"to":"bob@example.com","subject":"Your refund","body":"It is on its way."}`),
-		Effects:  storeEffects(sb, sandbox.Mail),
+		Args:    json.RawMessage(`{"to":"ana@example.com","subject":"Your refund","body":"It is on its way."}`),
+		Changed: json.RawMessage(`{"to":"bob@example.com","subject":"Your refund","body":"It is on its way."}`),
+		Effects: storeEffects(sb, sandbox.Mail),
 	})
 }
 
