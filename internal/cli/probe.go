@@ -215,17 +215,14 @@ func cmdToolsProbe(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-// claimsOf is what the engine assumes of s's provider: its settle time
-// (declared or defaulted, when the engine has one) and its lookup's lag.
+// claimsOf is what the engine assumes of s's provider (probe.ClaimsOf),
+// the lag as the catalogue declares it.
 func claimsOf(cat *catalog.Catalog, s tool.Spec) probe.Claims {
-	var c probe.Claims
-	if st, ok := any(s).(interface{ SettleTime() time.Duration }); ok {
-		c.Settle = st.SettleTime()
-	}
+	var lag time.Duration
 	if cat != nil {
-		c.Lag = cat.LookupLag(s.Name)
+		lag = cat.LookupLag(s.Name)
 	}
-	return c
+	return probe.ClaimsOf(s, lag)
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -101,6 +101,18 @@ type Claims struct {
 	Lag time.Duration `json:"lag"`
 }
 
+// ClaimsOf returns the claims of a tool: its settle time (Spec.SettleTime,
+// declared or defaulted, once the engine has one; zero before) and its
+// lookup's lag, as the catalogue declares it (lookup.lag).
+func ClaimsOf(s tool.Spec, lookupLag time.Duration) Claims {
+	var c Claims
+	if st, ok := any(s).(interface{ SettleTime() time.Duration }); ok {
+		c.Settle = st.SettleTime()
+	}
+	c.Lag = lookupLag
+	return c
+}
+
 // Horizon is when, after a send, an absent lookup answer starts to count.
 func (c Claims) Horizon() time.Duration { return c.Settle + c.Lag }
 
@@ -534,6 +546,9 @@ func (p *prober) keyCheck(ctx context.Context, first sent) {
 		v.Finding = "honours the key: one effect"
 	case err == nil && res.ExternalID != "" && first.res.ExternalID != "":
 		v.Finding = "ignores the key: two effects"
+	case err == nil && res.ExternalID == "" && first.res.ExternalID != "":
+		p.honours = true
+		v.Finding = "honours the key: the second send reported no new effect"
 	case err != nil && (k == tool.KindConflict || k == tool.KindInFlight || k == tool.KindRejected || (k == tool.KindUnknown && tool.CodeOf(err) != "no_response")):
 		p.honours = true
 		v.Finding = "honours the key: the second send made no effect it reported"
