@@ -323,7 +323,7 @@ func faultsFor(rng *rand.Rand, tpl string, kind sandbox.FaultKind, short bool) [
 		}
 		w := keyed[rng.IntN(len(keyed))]
 		lag := time.Duration(300+rng.IntN(2700)) * time.Millisecond
-		return []sandbox.FaultSpec{{Op: w, Fault: sandbox.CommitThenDrop}, {Op: keyedLookup[w], Fault: kind, Delay: lag, Count: 1 + rng.IntN(3)}}
+		return []sandbox.FaultSpec{{Op: w, Fault: sandbox.CommitThenDrop}, {Op: keyedLookup[w], Fault: kind, Delay: lag}}
 	case sandbox.HTTP503, sandbox.HTTP429:
 		return []sandbox.FaultSpec{{Op: anyOf(ops.writes, ops.reads), Fault: kind}}
 	case sandbox.Reject:
