@@ -577,7 +577,7 @@ func (p *prober) keyCheck(ctx context.Context, first sent) {
 
 func answerOf(res tool.Result, err error) string {
 	if err != nil {
-		return fmt.Sprintf("%s (%s)", tool.KindOf(err), clip(err.Error(), 160))
+		return clip(err.Error(), 160)
 	}
 	return orNone(res.ExternalID)
 }
