@@ -440,7 +440,7 @@ func margin(d time.Duration) time.Duration {
 
 // poll asks the lookup about c every Poll until stop says so or the
 // deadline passes; it returns the last answer and when it came.
-func (p *prober) poll(ctx context.Context, c tool.Call, tr *Trace, until time.Time, stop func(tool.Lookup, error) bool) (tool.Lookup, error, time.Time) {
+func (p *prober) poll(ctx context.Context, c tool.Call, tr *Trace, until time.Time, stop func(tool.Lookup, error) bool) (tool.Lookup, time.Time, error) {
 	for {
 		lctx, cancel := context.WithTimeout(ctx, max(p.spec.Timeout, 10*time.Second))
 		l, err := Look(lctx, p.tl, c)
@@ -448,7 +448,7 @@ func (p *prober) poll(ctx context.Context, c tool.Call, tr *Trace, until time.Ti
 		at := time.Now()
 		tr.add(l, err)
 		if stop(l, err) || at.After(until) || ctx.Err() != nil {
-			return l, err, at
+			return l, at, err
 		}
 		t := time.NewTimer(p.opts.Poll)
 		select {
@@ -475,7 +475,7 @@ func (p *prober) freshAndLag(ctx context.Context, hasLookup bool) (first sent, e
 	}
 	declared := fmt.Sprintf("lookup.lag %s", p.opts.Claims.Lag)
 	tr := &Trace{start: answered}
-	l, lerr, at := p.poll(ctx, c, tr, answered.Add(p.opts.LagMax), func(l tool.Lookup, err error) bool {
+	l, at, lerr := p.poll(ctx, c, tr, answered.Add(p.opts.LagMax), func(l tool.Lookup, err error) bool {
 		if err == nil && l.Status == tool.Absent && l.Authoritative {
 			p.lagAuth = true
 		}
@@ -687,7 +687,7 @@ func (p *prober) settleCheck(ctx context.Context) {
 		return
 	}
 	tr := &Trace{start: at}
-	l, err, seen := p.poll(ctx, c, tr, at.Add(p.opts.SettleMax), func(l tool.Lookup, err error) bool {
+	l, seen, err := p.poll(ctx, c, tr, at.Add(p.opts.SettleMax), func(l tool.Lookup, err error) bool {
 		return err == nil && (l.Status == tool.Found || l.Status == tool.Mismatch)
 	})
 	ev = append(ev, tr.Lines("lookup")...)
