@@ -634,3 +634,40 @@ func TestMailReferenceIsSearchableNotDeduplicated(t *testing.T) {
 		}
 	}
 }
+
+// FuzzFaultSpec: whatever the admin API is sent as a fault either is
+// refused or names a known operation and kind, with a delay in bounds for
+// the kinds that need one.
+func FuzzFaultSpec(f *testing.F) {
+	for _, s := range []string{
+		`{"op":"mail.send","fault":"slow_commit","delay":"30s"}`,
+		`{"op":"mail.lookup","fault":"visibility_lag","delay":"2s","count":-1}`,
+		`{"op":"mail.send","fault":"slow_commit"}`,
+		`{"op":"mail.send","fault":"slow_commit","delay":"-1s"}`,
+		`{"op":"mail.send","fault":"slow_commit","delay":"9999999h"}`,
+		`{"op":"refunds.lookup","fault":"visibility_lag","delay":"1ns"}`,
+		`{"op":"refunds.create","fault":"visibility_lag","delay":"1s"}`,
+		`{"op":"refunds.create","fault":"reject","status":429}`,
+		`{"op":"","fault":""}`, `null`, `[]`, `{"delay":17}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var fs sandbox.FaultSpec
+		if err := json.Unmarshal([]byte(s), &fs); err != nil {
+			return
+		}
+		if fs.Validate() != nil {
+			return
+		}
+		if _, ok := sandbox.Ops[fs.Op]; !ok {
+			t.Fatalf("accepted %q with an unknown op", s)
+		}
+		switch fs.Fault {
+		case sandbox.SlowCommit, sandbox.VisibilityLag, sandbox.Delay:
+			if fs.Delay <= 0 || (fs.Fault != sandbox.Delay && fs.Delay > sandbox.MaxFaultDelay) {
+				t.Fatalf("accepted %q with delay %s", s, fs.Delay)
+			}
+		}
+	})
+}
