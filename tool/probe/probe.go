@@ -270,6 +270,10 @@ type prober struct {
 	// effect (during the lag).
 	lagAuth bool
 	honours bool // the key check saw one effect
+	// http is true when the tool's first send wrote an HTTP request, and
+	// firstTook is that send's round trip.
+	http      bool
+	firstTook time.Duration
 }
 
 // Run probes the write tool tl with real requests and reports one verdict
@@ -463,9 +467,11 @@ func (p *prober) poll(ctx context.Context, c tool.Call, tr *Trace, until time.Ti
 // shows: the lookup verdict.
 func (p *prober) freshAndLag(ctx context.Context, hasLookup bool) (first sent, err error) {
 	c := p.call(0, 1)
+	var wrote atomic.Bool
 	start := time.Now()
-	res, err := p.execute(ctx, c)
+	res, err := p.execute(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) { wrote.Store(w.Err == nil) }}), c)
 	answered := time.Now()
+	p.http, p.firstTook = wrote.Load(), answered.Sub(start)
 	if err != nil {
 		return sent{}, fmt.Errorf("probe %s: the first send (key %s) failed, so nothing can be probed: %w (give args the provider accepts)", p.spec.Name, c.Key, err)
 	}
@@ -630,44 +636,72 @@ func (p *prober) absentCheck(ctx context.Context) {
 }
 
 // abandonDeadlines are the deadlines tried, shortest first, to give up on a
-// request right after it left: the first one that does not end the call
-// before the request left (not sent) abandons it. An HTTP request is given
-// up on as soon as it is written, whatever the deadline.
+// call of a tool that is not HTTP right after it left: the first one that
+// does not end the call before the request left (not sent) abandons it.
 var abandonDeadlines = []time.Duration{time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond,
 	100 * time.Millisecond, 300 * time.Millisecond, time.Second, 3 * time.Second}
 
-// abandon sends c and gives up right after the request left. It returns
-// when the request was sent and whether it was abandoned (the call
-// answered UNKNOWN), with what happened.
-func (p *prober) abandon(ctx context.Context, c tool.Call) (at time.Time, abandoned bool, ev []string) {
-	for _, d := range abandonDeadlines {
-		actx, cancel := context.WithTimeout(ctx, d)
+// abandonGraces are the fractions of the first send's round trip an HTTP
+// request is given up on after it was written, longest first: long
+// enough for the provider to have read it, short enough to leave before
+// its answer; 0 gives up as soon as it is written.
+var abandonGraces = []time.Duration{2, 8, 0}
+
+// abandon sends new calls until one is given up on after it left (its
+// outcome UNKNOWN) and returns that call and when it was sent; abandoned is
+// false when the provider answered or refused every one first. ev says what
+// happened.
+func (p *prober) abandon(ctx context.Context) (c tool.Call, at time.Time, abandoned bool, ev []string) {
+	type try struct {
+		grace    time.Duration // HTTP: give up this long after the write
+		deadline time.Duration // else: give up at this deadline
+	}
+	var tries []try
+	if p.http {
+		for _, f := range abandonGraces {
+			g := time.Duration(0)
+			if f > 0 {
+				g = p.firstTook / f
+			}
+			tries = append(tries, try{grace: g, deadline: max(2*p.spec.Timeout, time.Minute)})
+		}
+	} else {
+		for _, d := range abandonDeadlines {
+			tries = append(tries, try{deadline: d})
+		}
+	}
+	c = p.call(0, 1)
+	for _, tr := range tries {
+		actx, cancel := context.WithTimeout(ctx, tr.deadline)
 		var wrote atomic.Bool
-		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
-			wrote.Store(true)
-			cancel()
+		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil { // written whole: the provider can read all of it
+				wrote.Store(true)
+				time.AfterFunc(tr.grace, cancel)
+			}
 		}})
 		at = time.Now()
 		p.rep.Sends++
 		_, err := p.tl.Execute(actx, c)
 		cancel()
 		k := tool.KindOf(err)
+		how := fmt.Sprintf("given up %s after the send", tr.deadline)
+		if wrote.Load() {
+			how = fmt.Sprintf("given up %s after the request was written", round(tr.grace))
+		}
 		switch {
 		case err == nil:
-			return at, false, append(ev, fmt.Sprintf("sent under key %s with a %s deadline: answered before the client gave up", c.Key, d))
+			ev = append(ev, fmt.Sprintf("sent under key %s, to be %s: answered first", c.Key, how))
+			c = p.call(0, 1) // that one made an effect: the next try is a new call
 		case k == tool.KindUnknown:
-			how := fmt.Sprintf("given up %s after the send", d)
-			if wrote.Load() {
-				how = "given up as soon as the request was written"
-			}
-			return at, true, append(ev, fmt.Sprintf("sent %s under key %s, %s: %s", c.Args, c.Key, how, clip(err.Error(), 120)))
+			return c, at, true, append(ev, fmt.Sprintf("sent %s under key %s, %s: %s", c.Args, c.Key, how, clip(err.Error(), 120)))
 		case k == tool.KindNotSent:
-			ev = append(ev, fmt.Sprintf("a %s deadline gave up before the request left (not sent)", d))
+			ev = append(ev, fmt.Sprintf("a %s deadline gave up before the request left (not sent)", tr.deadline))
 		default:
-			return at, false, append(ev, fmt.Sprintf("sent under key %s: %s", c.Key, answerOf(tool.Result{}, err)))
+			return c, at, false, append(ev, fmt.Sprintf("sent under key %s: %s", c.Key, answerOf(tool.Result{}, err)))
 		}
 	}
-	return at, false, ev
+	return c, at, false, ev
 }
 
 // settleCheck abandons a request and watches the lookup for its effect.
@@ -679,8 +713,7 @@ func (p *prober) settleCheck(ctx context.Context) {
 			Evidence: []string{"the lookup never found a fresh effect, so it cannot show when an abandoned one lands"}})
 		return
 	}
-	c := p.call(0, 1)
-	at, abandoned, ev := p.abandon(ctx, c)
+	c, at, abandoned, ev := p.abandon(ctx)
 	if !abandoned {
 		p.verdictAt(Settle, Verdict{Outcome: Unproven, Finding: "could not abandon a request", Declared: declared,
 			Evidence: append(ev, "the provider answered (or refused) every request before the client could give up on it after it left")})
