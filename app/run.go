@@ -17,7 +17,8 @@ import (
 // and the other commands are agentsaga's planner and operator CLI: run,
 // status, escalations, approve, resolve, cancel, exceptions, audit, report,
 // ledger purge, operator keygen|show, codec serve, mcp (the MCP gateway
-// serving the same tools) and version, with the flags, environment, --json
+// serving the same tools), tools probe (the same tools' write tools probed
+// against a staging provider, Go tools among them) and version, with the flags, environment, --json
 // and exit codes the README gives for `starter`. It returns the exit code: 0,
 // 1 when the command failed, 2 for bad usage. A team's main is:
 //

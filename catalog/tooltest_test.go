@@ -117,3 +117,81 @@ func storeEffects(sb *sandbox.Sandbox, provider string) func(ctx context.Context
 		return ids, nil
 	}
 }
+
+// A correct catalogue for a provider that ignores keys (the sandbox's mail
+// relay: the key in a body field it keeps but never deduplicates by, a
+// search by it) passes the kit as a NON_IDEMPOTENT_WRITE with a lookup:
+// the kit follows the engine, which looks an unknown outcome up before it
+// sends again.
+func TestLookupOnlyCatalogPassesToolKit(t *testing.T) {
+	sb, err := sandbox.Start(context.Background(), sandbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	tooltest.Run(t, tooltest.Harness{
+		Tool:     "send_note",
+		Provider: sb.BaseURL(),
+		New: func(t testing.TB, baseURL string) []tool.Tool {
+			env := map[string]string{"SB": baseURL}
+			c, err := catalog.ParseWith(catalog.Options{Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }},
+				catalog.Source{Name: "notes.yaml", Data: []byte(lookupOnlyCatalog)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.Tools()
+		},
+		Args:    json.RawMessage(`{"to":"ana@example.com","subject":"Your refund","body":"It is on its way."}`),
+		Changed: json.RawMessage(`{"to":"bob@example.com","subject":"Your refund","body":"It is on its way."}`),
+		Effects: storeEffects(sb, sandbox.Mail),
+	})
+}
+
+// lookupOnlyCatalog declares the sandbox's mail relay as a lookup-only
+// provider.
+const lookupOnlyCatalog = `version: 1
+systems:
+  - {name: mail, base_url: "${SB}/mail"}
+tools:
+  - name: send_note
+    description: Send a note through the relay, the key as its reference.
+    system: mail
+    class: NON_IDEMPOTENT_WRITE
+    timeout: 5s
+    compensator: send_correction
+    args:
+      - {name: to, type: email, required: true}
+      - {name: subject, type: string, required: true}
+      - {name: body, type: string, required: true}
+    match:
+      - {arg: to, result: to}
+      - {arg: subject, result: subject}
+    request:
+      method: POST
+      path: /v1/messages
+      key: {body_field: reference}
+      body: {fields: {to: "{to}", subject: "{subject}", body: "{body}"}}
+    response: {external_id: /id, keep: {to: /to, subject: /subject}}
+    lookup:
+      request: {path: /v1/messages, query: {reference: "{key}"}}
+      found: {item: /messages/0, external_id: /id}
+      absent: {authoritative: true}
+  - name: send_correction
+    description: Retract a note with a correction to the same recipient, naming the note.
+    system: mail
+    class: NON_IDEMPOTENT_WRITE
+    timeout: 5s
+    reverses: send_note
+    match:
+      - {arg: original_external_id, result: subject}
+    request:
+      method: POST
+      path: /v1/messages
+      key: {body_field: reference}
+      body: {fields: {to: "{original.args.to}", subject: "{original.external_id}", body: "Please disregard the previous message."}}
+    response: {external_id: /id, keep: {subject: /subject}}
+    lookup:
+      request: {path: /v1/messages, query: {reference: "{key}"}}
+      found: {item: /messages/0, external_id: /id}
+      absent: {authoritative: true}
+`

@@ -56,10 +56,10 @@ func cmdSandbox(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 		return tw.Flush()
 	case "fault":
 		var f sandbox.FaultSpec
-		kind := fs.String("kind", "", "commit_then_drop, drop_before_commit, delay, http_503, http_429, reject, lookup_unavailable, lookup_lag")
+		kind := fs.String("kind", "", "commit_then_drop, drop_before_commit, delay, http_503, http_429, reject, lookup_unavailable, lookup_lag, slow_commit (with --delay), visibility_lag (with --delay)")
 		fs.StringVar(&f.Op, "op", "", "operation, such as refunds.create (GET /admin/ops lists them)")
 		fs.IntVar(&f.Count, "count", 1, "how many requests it affects (-1: until cleared)")
-		fs.DurationVar(&f.Delay, "delay", 0, "for kind delay: how long")
+		fs.DurationVar(&f.Delay, "delay", 0, "for kind delay: how long; slow_commit: how long after the request the write commits; visibility_lag: how long a fresh effect stays hidden")
 		fs.IntVar(&f.Status, "status", 0, "for kind reject: the 4xx status")
 		fs.StringVar(&f.Code, "code", "", "for kind reject: the error code")
 		clear := fs.Bool("clear", false, "clear every pending fault instead")

@@ -294,6 +294,36 @@ func faultsFor(rng *rand.Rand, tpl string, kind sandbox.FaultKind, short bool) [
 			d = 11 * time.Second
 		}
 		return []sandbox.FaultSpec{{Op: op, Fault: kind, Delay: d}}
+	case sandbox.SlowCommit:
+		// The provider commits after the request, the caller may have
+		// given up by then (past the tool's 10 s timeout, not in short
+		// runs); never on the mail relay, which has no key.
+		w := anyOf(ops.writes)
+		if keyedLookup[w] == "" {
+			w = "refunds.create"
+			if len(ops.writes) > 0 && keyedLookup[ops.writes[0]] != "" {
+				w = ops.writes[0]
+			}
+		}
+		d := time.Duration(200+rng.IntN(1800)) * time.Millisecond
+		if !short && rng.IntN(100) < 15 {
+			d = 12 * time.Second
+		}
+		return []sandbox.FaultSpec{{Op: w, Fault: kind, Delay: d}}
+	case sandbox.VisibilityLag:
+		// A lost answer whose lookup does not see the commit for a while.
+		var keyed []string
+		for _, w := range ops.writes {
+			if keyedLookup[w] != "" {
+				keyed = append(keyed, w)
+			}
+		}
+		if len(keyed) == 0 {
+			keyed = []string{"refunds.create"}
+		}
+		w := keyed[rng.IntN(len(keyed))]
+		lag := time.Duration(300+rng.IntN(2700)) * time.Millisecond
+		return []sandbox.FaultSpec{{Op: w, Fault: sandbox.CommitThenDrop}, {Op: keyedLookup[w], Fault: kind, Delay: lag}}
 	case sandbox.HTTP503, sandbox.HTTP429:
 		return []sandbox.FaultSpec{{Op: anyOf(ops.writes, ops.reads), Fault: kind}}
 	case sandbox.Reject:

@@ -51,6 +51,9 @@ operator:
   codec keygen --out FILE [--rotate OLD]   make a codec keyring (or a rotated one); codec token --out FILE its token
 agents:
   mcp (--http HOST:PORT | --stdio)      serve the tools to MCP clients, each call a turn of the caller's session
+tools:
+  tools probe --tools FILE --args NAME=JSON   send real requests to a staging provider: does it honour the key, how long
+                                        does its lookup lag, does an abandoned request still land; the safe settings
 other:
   version                               which agentsaga this is (release, or the commit it was built from)
 %s
@@ -81,6 +84,7 @@ var synopsis = map[string]string{
 	"operator show":   "operator show --key FILE: print the operators-file entry of an existing key",
 	"version":         "version [--json]: print which agentsaga this is (the release set at build time, else the module version or commit from the build information)",
 	"mcp":             "mcp (--http HOST:PORT | --stdio): serve the registered tools to MCP clients; each tools/call is one turn of the caller's AgentSession (see README, MCP gateway)",
+	"tools probe":     "tools probe --tools FILE --args NAME=JSON [--tool NAME] [--lag-max 30s] [--settle-max D]: probe each write tool given --args against its provider (a staging one: every probe call is a real effect) and print one verdict per promise (key, lookup, absent, settle) with its evidence and the settings that are safe; exit 1 when the provider contradicts the catalogue",
 }
 
 // exitError carries an exit code.
@@ -202,7 +206,7 @@ func commands(ctx context.Context) map[string]Command {
 		"run": cmdRun, "status": cmdStatus, "approve": cmdApprove, "resolve": cmdResolve, "cancel": cmdCancel,
 		"escalations": cmdEscalations, "exceptions": cmdExceptions, "audit": cmdAudit, "ledger": cmdLedger,
 		"operator": cmdOperator, "cluster": cmdCluster, "mcp": cmdMCP, "codec": cmdCodec, "report": cmdReport,
-		"version": cmdVersion, "console": cmdConsole,
+		"version": cmdVersion, "console": cmdConsole, "tools": cmdTools,
 	}
 	for name, c := range configFrom(ctx).Commands {
 		m[name] = c

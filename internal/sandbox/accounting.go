@@ -256,7 +256,7 @@ func (a *accounting) lookup(w http.ResponseWriter, r *http.Request) {
 	d, _, err := scanDocument(a.db.QueryRowContext(x.ctx, documentSelect+` WHERE integration_key = ?`, key))
 	a.mu.Unlock()
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows) || (err == nil && x.hidden(d.CreatedAt)):
 		writeError(w, http.StatusNotFound, "not_found", "no document under this integration key")
 	case err != nil:
 		internal(w, a.s.log, op, err)

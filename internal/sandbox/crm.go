@@ -229,6 +229,15 @@ func (c *crm) search(w http.ResponseWriter, r *http.Request) {
 		internal(w, c.s.log, op, err)
 		return
 	}
+	visible := res.Tickets[:0]
+	for _, t := range res.Tickets {
+		if x.hidden(t.CreatedAt) {
+			res.IndexCaughtUp = false
+			continue
+		}
+		visible = append(visible, t)
+	}
+	res.Tickets = visible
 	writeJSON(w, http.StatusOK, res)
 }
 
@@ -375,7 +384,7 @@ func (c *crm) lookupClosure(w http.ResponseWriter, r *http.Request) {
 	cl, err := scanClosure(c.db.QueryRowContext(x.ctx, closureSelect+` WHERE ref = ?`, ref))
 	c.mu.Unlock()
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows) || (err == nil && x.hidden(cl.CreatedAt)):
 		writeError(w, http.StatusNotFound, "not_found", "no closure under this ref")
 	case err != nil:
 		internal(w, c.s.log, op, err)

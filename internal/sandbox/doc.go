@@ -29,7 +29,8 @@
 //	/accounting   POST /v1/invoices            (integration_key unique)  op invoices.create
 //	              POST /v1/invoices/{id}/storno (integration_key unique) op invoices.storno
 //	              GET  /v1/documents?integration_key=K       op invoices.lookup
-//	/mail         POST /v1/messages            (no key, no lookup)       op mail.send
+//	/mail         POST /v1/messages            (no key; an optional reference, never deduplicated)  op mail.send
+//	              GET  /v1/messages?reference=R (every message sent with R)  op mail.lookup
 //	/admin        see below
 //
 // Errors are JSON: {"error":{"code":"...","message":"..."}}.

@@ -36,10 +36,22 @@ const (
 	// LookupLag makes a lookup answer as if nothing had been committed yet
 	// (404, or an empty search that says the index is not caught up).
 	LookupLag FaultKind = "lookup_lag"
+	// SlowCommit makes a write commit FaultSpec.Delay after the request
+	// arrived, whether or not the caller still waits: like a real provider,
+	// the sandbox never hears that the client gave up (a timeout, a
+	// cancelled call). The answer follows the commit. A keyed provider
+	// holds the key in flight meanwhile.
+	SlowCommit FaultKind = "slow_commit"
+	// VisibilityLag hides from a lookup every effect committed less than
+	// FaultSpec.Delay ago: the lookup answers as if it had not been
+	// committed (a search index or replica that lags by time). Count counts
+	// lookups; -1 keeps the lag for every lookup until the faults are
+	// cleared.
+	VisibilityLag FaultKind = "visibility_lag"
 )
 
 // FaultKinds lists every fault in a stable order.
-var FaultKinds = []FaultKind{CommitThenDrop, DropBeforeCommit, Delay, HTTP503, HTTP429, Reject, LookupUnavailable, LookupLag}
+var FaultKinds = []FaultKind{CommitThenDrop, DropBeforeCommit, Delay, HTTP503, HTTP429, Reject, LookupUnavailable, LookupLag, SlowCommit, VisibilityLag}
 
 // OpKind is what an operation does.
 type OpKind string
@@ -70,6 +82,7 @@ var Ops = map[string]OpKind{
 	"invoices.storno":      OpWrite,
 	"invoices.lookup":      OpLookup,
 	"mail.send":            OpWrite,
+	"mail.lookup":          OpLookup,
 }
 
 func opNames() string {
@@ -96,7 +109,9 @@ type FaultSpec struct {
 	// means every request until the faults are cleared. Reading faults back
 	// gives the count still pending.
 	Count int `json:"count,omitempty"`
-	// Delay is how long a Delay fault waits.
+	// Delay is how long a Delay fault waits, how long after its request a
+	// SlowCommit write commits, and how long a VisibilityLag lookup hides a
+	// fresh effect.
 	Delay time.Duration `json:"-"`
 	// Status is the 4xx of a Reject fault (400 by default; not 409, 422 or
 	// 429, which mean in flight, conflict and throttled).
@@ -150,9 +165,19 @@ func (f FaultSpec) Validate() error {
 		return fmt.Errorf("unknown op %q: use one of %s", f.Op, opNames())
 	}
 	switch f.Fault {
-	case LookupUnavailable, LookupLag:
+	case LookupUnavailable, LookupLag, VisibilityLag:
 		if kind != OpLookup {
 			return fmt.Errorf("fault %s targets lookups: use a lookup op such as refunds.lookup or tickets.search, not %s", f.Fault, f.Op)
+		}
+		if f.Fault == VisibilityLag && (f.Delay <= 0 || f.Delay > MaxFaultDelay) {
+			return fmt.Errorf("fault visibility_lag needs a delay between 1ms and %s such as \"2s\": how long a fresh effect stays hidden", MaxFaultDelay)
+		}
+	case SlowCommit:
+		if kind != OpWrite {
+			return fmt.Errorf("fault slow_commit targets writes: use a write op such as refunds.create or mail.send, not %s", f.Op)
+		}
+		if f.Delay <= 0 || f.Delay > MaxFaultDelay {
+			return fmt.Errorf("fault slow_commit needs a delay between 1ms and %s such as \"30s\": how long after the request the write commits", MaxFaultDelay)
 		}
 	case CommitThenDrop, DropBeforeCommit, Reject:
 		if kind == OpLookup {
@@ -177,6 +202,10 @@ func (f FaultSpec) Validate() error {
 	}
 	return nil
 }
+
+// MaxFaultDelay is the longest delay a slow_commit or visibility_lag fault
+// may ask for.
+const MaxFaultDelay = 10 * time.Minute
 
 // faults is the pending faults and the call counters.
 type faults struct {

@@ -389,6 +389,8 @@ func (p *payments) lookup(op string, kinds ...string) http.HandlerFunc {
 		}
 		p.mu.Unlock()
 		switch {
+		case err == nil && state == "done" && x.hidden(e.CreatedAt):
+			writeError(w, http.StatusNotFound, "not_found", "nothing committed under this key")
 		case err == nil && state == "in_flight":
 			writeError(w, http.StatusConflict, "request_in_progress", "a request with this key is still being processed: look again later")
 		case errors.Is(err, sql.ErrNoRows):

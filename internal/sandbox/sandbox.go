@@ -326,6 +326,8 @@ type exchange struct {
 	// ctx is the request's context without its cancellation: work goes on
 	// when the caller hangs up, as it does at a real provider.
 	ctx context.Context
+	// received is when the request arrived (SlowCommit counts from it).
+	received time.Time
 }
 
 // begin counts the request, takes its fault and answers the faults that
@@ -333,7 +335,7 @@ type exchange struct {
 // request has been answered.
 func (s *Sandbox) begin(w http.ResponseWriter, r *http.Request, op string) (x *exchange, ok bool) {
 	f, has := s.faults.enter(op)
-	x = &exchange{s: s, w: w, r: r, op: op, fault: f, has: has, ctx: context.WithoutCancel(r.Context())}
+	x = &exchange{s: s, w: w, r: r, op: op, fault: f, has: has, ctx: context.WithoutCancel(r.Context()), received: time.Now()}
 	if has {
 		s.log.Debug("sandbox fault", "op", op, "fault", f.Fault)
 	}
@@ -354,10 +356,17 @@ func (s *Sandbox) begin(w http.ResponseWriter, r *http.Request, op string) (x *e
 
 func (x *exchange) is(k FaultKind) bool { return x.has && x.fault.Fault == k }
 
-// pause applies a delay fault and calls the test hook.
+// pause applies a delay or slow commit fault and calls the test hook.
 func (x *exchange) pause() {
-	if x.is(Delay) {
-		t := time.NewTimer(x.fault.Delay)
+	var d time.Duration
+	switch {
+	case x.is(Delay):
+		d = x.fault.Delay
+	case x.is(SlowCommit):
+		d = time.Until(x.received.Add(x.fault.Delay))
+	}
+	if d > 0 {
+		t := time.NewTimer(d)
 		select {
 		case <-t.C:
 		case <-x.s.closing:
@@ -367,6 +376,12 @@ func (x *exchange) pause() {
 	if x.s.opts.Hook != nil {
 		x.s.opts.Hook(x.ctx, x.op)
 	}
+}
+
+// hidden reports whether a VisibilityLag fault hides an effect committed at
+// committed from this lookup.
+func (x *exchange) hidden(committed time.Time) bool {
+	return x.is(VisibilityLag) && time.Since(committed) < x.fault.Delay
 }
 
 // drop closes the connection without an answer.

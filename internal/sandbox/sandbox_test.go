@@ -301,6 +301,12 @@ func TestFaults(t *testing.T) {
 			{Op: "refunds.lookup", Fault: sandbox.CommitThenDrop},
 			{Op: "mail.send", Fault: sandbox.Delay},
 			{Op: "mail.send", Fault: sandbox.Reject, Status: 429},
+			{Op: "mail.send", Fault: sandbox.SlowCommit},
+			{Op: "mail.lookup", Fault: sandbox.SlowCommit, Delay: time.Second},
+			{Op: "orders.get", Fault: sandbox.SlowCommit, Delay: time.Second},
+			{Op: "mail.send", Fault: sandbox.SlowCommit, Delay: time.Hour},
+			{Op: "mail.lookup", Fault: sandbox.VisibilityLag},
+			{Op: "mail.send", Fault: sandbox.VisibilityLag, Delay: time.Second},
 		} {
 			if err := f.Validate(); err == nil {
 				t.Errorf("%+v accepted", f)
@@ -486,4 +492,182 @@ func TestServeStopsOnCancel(t *testing.T) {
 	if _, err := sandbox.NewClient(sb.BaseURL(), nil).Calls(context.Background()); err == nil {
 		t.Fatal("the sandbox still answers after Serve returned")
 	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the provider's store with a deadline
+	}
+}
+
+// A slow commit lands after the client gave up, never before its delay, and
+// a keyed provider holds the key in flight meanwhile.
+func TestSlowCommitLandsAfterTheClientGaveUp(t *testing.T) {
+	reached := make(chan string, 4)
+	_, c := start(t, sandbox.Options{Hook: func(_ context.Context, op string) {
+		if op == "mail.send" || op == "refunds.create" {
+			reached <- op
+		}
+	}})
+	ctx := context.Background()
+	u, _ := c.URLs(ctx)
+	const delay = 300 * time.Millisecond
+
+	fault(t, c, sandbox.FaultSpec{Op: "mail.send", Fault: sandbox.SlowCommit, Delay: delay})
+	sent := time.Now()
+	b, _ := json.Marshal(map[string]any{"to": "a@example.com", "subject": "s", "body": "b", "reference": "slow-1"})
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	req, _ := http.NewRequestWithContext(rctx, "POST", u.Mail+"/v1/messages", bytes.NewReader(b))
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the slow commit answered %d within 20ms, want no answer before %s", resp.StatusCode, delay)
+	}
+	cancel()
+	if n := len(effects(t, c, sandbox.Mail)); n != 0 {
+		t.Fatalf("%d messages right after the client gave up, want 0 before the commit", n)
+	}
+	if op := <-reached; op != "mail.send" {
+		t.Fatalf("hook reached %s", op)
+	}
+	var got []sandbox.Effect
+	eventually(t, 5*time.Second, "the abandoned send commits", func() bool { got = effects(t, c, sandbox.Mail); return len(got) == 1 })
+	if got[0].Key != "slow-1" || got[0].CreatedAt.Sub(sent) < delay {
+		t.Fatalf("effect %+v committed %s after the send, want the reference slow-1 and at least %s", got[0], got[0].CreatedAt.Sub(sent), delay)
+	}
+
+	// Keyed: the key is in flight until the slow commit lands.
+	fault(t, c, sandbox.FaultSpec{Op: "refunds.create", Fault: sandbox.SlowCommit, Delay: delay})
+	done := make(chan reply, 1)
+	go func() {
+		done <- send(t, "POST", u.Payments+"/v1/refunds", "slow-k", map[string]any{"order_id": "ord_1001", "amount_minor": 100, "currency": "EUR"})
+	}()
+	if op := <-reached; op != "refunds.create" {
+		t.Fatalf("hook reached %s", op)
+	}
+	if r := <-done; r.status != 201 {
+		t.Fatalf("slow refund: %d %s", r.status, r.raw)
+	}
+	if r := send(t, "GET", u.Payments+"/v1/refunds?idempotency_key=slow-k", "", nil); r.status != 200 {
+		t.Fatalf("lookup after the slow commit: %d", r.status)
+	}
+}
+
+// A visibility lag hides an effect from its lookup for the lag after its
+// commit, on every lookup, then shows it.
+func TestVisibilityLagHidesFreshEffects(t *testing.T) {
+	_, c := start(t, sandbox.Options{})
+	ctx := context.Background()
+	u, _ := c.URLs(ctx)
+	const lag = 400 * time.Millisecond
+	for _, op := range []string{"refunds.lookup", "tickets.search", "invoices.lookup", "mail.lookup"} {
+		fault(t, c, sandbox.FaultSpec{Op: op, Fault: sandbox.VisibilityLag, Delay: lag, Count: -1})
+	}
+	r := send(t, "POST", u.Payments+"/v1/refunds", "vis-r", map[string]any{"order_id": "ord_1001", "amount_minor": 100, "currency": "EUR"})
+	tk := send(t, "POST", u.CRM+"/v1/tickets", "", map[string]any{"subject": "s", "external_ref": "vis-t"})
+	inv := send(t, "POST", u.Accounting+"/v1/invoices", "", map[string]any{"integration_key": "vis-i", "customer_id": "cus_ana", "amount_minor": 100, "currency": "EUR"})
+	m := send(t, "POST", u.Mail+"/v1/messages", "", map[string]any{"to": "a@example.com", "subject": "s", "body": "b", "reference": "vis-m"})
+	committed := time.Now()
+	for _, w := range []reply{r, tk, inv, m} {
+		if w.status/100 != 2 {
+			t.Fatalf("write: %d %s", w.status, w.raw)
+		}
+	}
+	visible := func() (n int) {
+		if send(t, "GET", u.Payments+"/v1/refunds?idempotency_key=vis-r", "", nil).status == 200 {
+			n++
+		}
+		if s := send(t, "GET", u.CRM+"/v1/tickets?external_ref=vis-t", "", nil); len(s.body["tickets"].([]any)) == 1 {
+			n++
+		}
+		if send(t, "GET", u.Accounting+"/v1/documents?integration_key=vis-i", "", nil).status == 200 {
+			n++
+		}
+		if s := send(t, "GET", u.Mail+"/v1/messages?reference=vis-m", "", nil); len(s.body["messages"].([]any)) == 1 {
+			n++
+		}
+		return n
+	}
+	if n := visible(); n != 0 && time.Since(committed) < lag {
+		t.Fatalf("%d of 4 fresh effects visible within the lag", n)
+	}
+	eventually(t, 5*time.Second, "every effect visible after the lag", func() bool { return visible() == 4 })
+	if time.Since(committed) < lag {
+		t.Fatalf("effects visible %s after the commit, before the lag %s", time.Since(committed), lag)
+	}
+	if s := send(t, "GET", u.CRM+"/v1/tickets?external_ref=vis-t", "", nil); s.body["index_caught_up"] != true {
+		t.Fatalf("the search says the index is behind after the lag: %s", s.raw)
+	}
+}
+
+// The mail relay keeps a reference but never deduplicates by it.
+func TestMailReferenceIsSearchableNotDeduplicated(t *testing.T) {
+	_, c := start(t, sandbox.Options{})
+	u, _ := c.URLs(context.Background())
+	msg := map[string]any{"to": "a@example.com", "subject": "s", "body": "b", "reference": "twice"}
+	a, b := send(t, "POST", u.Mail+"/v1/messages", "", msg), send(t, "POST", u.Mail+"/v1/messages", "", msg)
+	if a.status != 202 || b.status != 202 || a.id() == b.id() {
+		t.Fatalf("two sends: %d %s, %d %s; want two messages", a.status, a.raw, b.status, b.raw)
+	}
+	s := send(t, "GET", u.Mail+"/v1/messages?reference=twice", "", nil)
+	if got := s.body["messages"].([]any); len(got) != 2 {
+		t.Fatalf("search: %s, want both messages", s.raw)
+	}
+	if s := send(t, "GET", u.Mail+"/v1/messages?reference=never", "", nil); len(s.body["messages"].([]any)) != 0 {
+		t.Fatalf("search for a reference never sent: %s", s.raw)
+	}
+	if s := send(t, "GET", u.Mail+"/v1/messages", "", nil); s.status != 400 {
+		t.Fatalf("search without a reference: %d", s.status)
+	}
+	long := map[string]any{"to": "a@example.com", "subject": "s", "body": "b", "reference": strings.Repeat("r", 513)}
+	if r := send(t, "POST", u.Mail+"/v1/messages", "", long); r.status != 400 || !strings.Contains(r.raw, "limit is 512") {
+		t.Fatalf("an oversized reference: %d %s", r.status, r.raw)
+	}
+	for _, e := range effects(t, c, sandbox.Mail) {
+		if e.Key != "twice" {
+			t.Fatalf("effect %+v, want the reference as its key", e)
+		}
+	}
+}
+
+// FuzzFaultSpec: whatever the admin API is sent as a fault either is
+// refused or names a known operation and kind, with a delay in bounds for
+// the kinds that need one.
+func FuzzFaultSpec(f *testing.F) {
+	for _, s := range []string{
+		`{"op":"mail.send","fault":"slow_commit","delay":"30s"}`,
+		`{"op":"mail.lookup","fault":"visibility_lag","delay":"2s","count":-1}`,
+		`{"op":"mail.send","fault":"slow_commit"}`,
+		`{"op":"mail.send","fault":"slow_commit","delay":"-1s"}`,
+		`{"op":"mail.send","fault":"slow_commit","delay":"9999999h"}`,
+		`{"op":"refunds.lookup","fault":"visibility_lag","delay":"1ns"}`,
+		`{"op":"refunds.create","fault":"visibility_lag","delay":"1s"}`,
+		`{"op":"refunds.create","fault":"reject","status":429}`,
+		`{"op":"","fault":""}`, `null`, `[]`, `{"delay":17}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var fs sandbox.FaultSpec
+		if err := json.Unmarshal([]byte(s), &fs); err != nil {
+			return
+		}
+		if fs.Validate() != nil {
+			return
+		}
+		if _, ok := sandbox.Ops[fs.Op]; !ok {
+			t.Fatalf("accepted %q with an unknown op", s)
+		}
+		switch fs.Fault {
+		case sandbox.SlowCommit, sandbox.VisibilityLag, sandbox.Delay:
+			if fs.Delay <= 0 || (fs.Fault != sandbox.Delay && fs.Delay > sandbox.MaxFaultDelay) {
+				t.Fatalf("accepted %q with delay %s", s, fs.Delay)
+			}
+		}
+	})
 }

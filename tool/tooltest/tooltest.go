@@ -36,6 +36,17 @@
 // call its provider over HTTP under one base URL; a tool on another protocol
 // is tested with its own fakes.
 //
+// A tool whose class says the provider deduplicates (IDEMPOTENT_WRITE,
+// CONDITIONAL_WRITE) is held to it: repeated sends under one key make one
+// effect. A NON_IDEMPOTENT_WRITE with a lookup is held to what the engine
+// does with it instead: after a lost answer it is looked up, never sent
+// again while its effect is found, so the kit looks it up where it would
+// resend, and checks that the lookup finds the one effect and that Match
+// tells a call with other args apart. Such a provider may ignore keys
+// altogether (a lookup-only provider, the key in a field it only keeps).
+// The lookups go through package probe's Look, which the engine's
+// activities mirror (ReconcileCall when the tool has it).
+//
 // Promises that do not apply are skipped, saying why: a READ tool makes no
 // effect (only LostAnswerIsUnknown without reconcile, RefusedConnectionIsNotSent
 // and BusinessRejectionIsFinal run), a tool without a compensator has no
@@ -61,6 +72,7 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/tool"
+	"github.com/agentsaga/agentsaga/tool/probe"
 )
 
 // Harness tells the kit how to build, call and count one tool.
@@ -224,29 +236,41 @@ func (e *env) wantEffects(key string, n int, when string) []string {
 	return ids
 }
 
-// lookup polls tl's Reconcile for key until it answers Found or Mismatch, an
-// authoritative Absent, or findWait passes; it returns the last answer.
-func (e *env) lookup(tl tool.Tool, key string) (tool.Lookup, error) {
-	rc := tl.(tool.Reconciler)
+// lookup polls tl's lookup for the call (key, args) until it answers Found
+// or Mismatch, an authoritative Absent, or findWait passes; it returns the
+// last answer.
+func (e *env) lookup(tl tool.Tool, key string, args json.RawMessage) (tool.Lookup, error) {
 	deadline := time.Now().Add(findWait)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		l, err := rc.Reconcile(ctx, key)
+		l, err := probe.Look(ctx, tl, tool.Call{Key: key, Args: args, Attempt: 1})
 		cancel()
-		settled := err == nil && (l.Status == tool.Found || l.Status == tool.Mismatch || (l.Status == tool.Absent && l.Authoritative))
-		if settled || time.Now().After(deadline) {
+		if (err == nil && probe.Settled(l)) || time.Now().After(deadline) {
 			return l, err
 		}
 		time.Sleep(50 * time.Millisecond) // polling the provider's index with a deadline
 	}
 }
 
-// mustFind checks that tl's Reconcile finds the effect committed under key
-// (one of ids, when the store was counted) and returns it.
-func (e *env) mustFind(tl tool.Tool, key string, ids []string) (tool.Result, bool) {
+// dedups reports whether spec's class says the provider deduplicates by
+// key (or condition), so a repeated send must make no second effect.
+func dedups(spec tool.Spec) bool {
+	return spec.Class == tool.IdempotentWrite || spec.Class == tool.ConditionalWrite
+}
+
+// looksUpFirst reports whether the engine looks tl's unknown outcome up
+// instead of sending again: a NON_IDEMPOTENT_WRITE with a lookup.
+func looksUpFirst(tl tool.Tool) bool {
+	_, ok := tl.(tool.Reconciler)
+	return ok && !dedups(tl.Spec())
+}
+
+// mustFind checks that tl's lookup finds the effect committed under key
+// with args (one of ids, when the store was counted) and returns it.
+func (e *env) mustFind(tl tool.Tool, key string, args json.RawMessage, ids []string) (tool.Result, bool) {
 	e.t.Helper()
 	name := tl.Spec().Name
-	l, err := e.lookup(tl, key)
+	l, err := e.lookup(tl, key, args)
 	switch {
 	case err != nil:
 		e.t.Errorf("%s's Reconcile(%q) failed after the provider committed: %v (status %s)", name, key, err, l.Status)
@@ -292,13 +316,23 @@ func (e *env) noKeyStore() {
 }
 
 // testSameKey: three attempts with one key, the first one's answer lost after
-// commit, carry the key and leave one effect.
+// commit, carry the key and leave one effect. A tool the engine looks up
+// before it sends again is looked up instead of resent.
 func testSameKey(e *env) {
 	e.needWrite("there is no key to keep")
 	e.p.arm(dropAnswer)
 	_, _ = e.attempt(e.tl, e.key, e.h.Args, 1)
 	if e.p.firedOn() == nil {
 		e.t.Errorf("attempt 1 sent no write the kit could drop the answer of")
+	}
+	if looksUpFirst(e.tl) {
+		e.t.Logf("%s is a %s with a lookup: the engine looks a lost answer up before it sends again, so the kit does", e.h.Tool, e.spec.Class)
+		var ids []string
+		if e.h.Effects != nil {
+			ids = e.wantEffects(e.key, 1, "after the lost answer")
+		}
+		e.mustFind(e.tl, e.key, e.h.Args, ids)
+		return
 	}
 	r2, err2 := e.attempt(e.tl, e.key, e.h.Args, 2)
 	r3, err3 := e.attempt(e.tl, e.key, e.h.Args, 3)
@@ -351,7 +385,7 @@ func testLostAnswer(e *env) {
 		e.t.Logf("%s declares NoLookup: a person settles its unknown outcomes, there is nothing to reconcile", e.h.Tool)
 		return
 	}
-	if found, ok := e.mustFind(e.tl, e.key, ids); ok {
+	if found, ok := e.mustFind(e.tl, e.key, e.h.Args, ids); ok {
 		if d := tool.Differences(e.tl, e.h.Args, found); len(d) > 0 {
 			e.t.Errorf("the effect Reconcile found is the call's own, but the tool's Match says it differs: %v", d)
 		}
@@ -359,7 +393,11 @@ func testLostAnswer(e *env) {
 	never := e.key + "-never-sent"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := e.tl.(tool.Reconciler).Reconcile(ctx, never)
+	nargs := e.h.Args
+	if _, byArgs := e.tl.(tool.CallReconciler); byArgs && len(e.h.Changed) > 0 {
+		nargs = e.h.Changed // a lookup by args is asked about a call never made
+	}
+	l, err := probe.Look(ctx, e.tl, tool.Call{Key: never, Args: nargs, Attempt: 1})
 	if err == nil && (l.Status == tool.Found || l.Status == tool.Mismatch) {
 		e.t.Errorf("Reconcile(%q) answers %s (%q) for a key that was never sent: it must answer absent or unknown", never, l.Status, l.Result.ExternalID)
 	}
@@ -418,6 +456,23 @@ func testReusedKey(e *env) {
 	if _, err := e.exec(e.tl, e.key, e.h.Args, 1); err != nil {
 		e.t.Fatalf("the first call failed: %v", err)
 	}
+	if looksUpFirst(e.tl) {
+		// The provider may ignore keys: a reused key is a second effect
+		// there, whatever the tool does. What the engine relies on is that
+		// the lookup under the key never passes the Args effect off as
+		// the Changed call's.
+		e.t.Logf("%s is a %s with a lookup: the kit checks that its lookup and Match tell the effect under the key from a call with other args", e.h.Tool, e.spec.Class)
+		ids := e.wantEffects(e.key, 1, "after the first call")
+		if found, ok := e.mustFind(e.tl, e.key, e.h.Args, ids); ok {
+			if d := tool.Differences(e.tl, e.h.Changed, found); len(d) == 0 {
+				e.t.Errorf("the lookup found effect %q, made with Args, and the tool's Match finds no difference with Changed: the saga would adopt someone else's effect; declare Spec.Match or implement tool.Matcher", found.ExternalID)
+			}
+			if d := tool.Differences(e.tl, e.h.Args, found); len(d) > 0 {
+				e.t.Errorf("the tool's Match says the effect made with Args differs from Args: %v", d)
+			}
+		}
+		return
+	}
 	res, err := e.exec(e.tl, e.key, e.h.Changed, 1)
 	switch k := tool.KindOf(err); {
 	case err == nil:
@@ -431,7 +486,7 @@ func testReusedKey(e *env) {
 	if _, ok := e.tl.(tool.Reconciler); !ok {
 		return
 	}
-	if found, ok := e.mustFind(e.tl, e.key, ids); ok {
+	if found, ok := e.mustFind(e.tl, e.key, e.h.Args, ids); ok {
 		if d := tool.Differences(e.tl, e.h.Changed, found); len(d) == 0 {
 			e.t.Errorf("Reconcile found effect %q, made with Args, and the tool's Match finds no difference with Changed: the saga would adopt someone else's effect; declare Spec.Match or implement tool.Matcher", found.ExternalID)
 		}
@@ -468,7 +523,9 @@ func testReversal(e *env) {
 	if k := tool.KindOf(err); err == nil || k != tool.KindUnknown {
 		e.t.Errorf("the reversal's answer lost after commit is %s (%v), want tool.KindUnknown", k, err)
 	}
-	if _, err := e.attempt(comp, ck, args, 2); err != nil {
+	if looksUpFirst(comp) {
+		e.t.Logf("compensator %s is a %s with a lookup: the engine looks its lost answer up before it sends again, so the kit does", e.spec.Compensator, comp.Spec().Class)
+	} else if _, err := e.attempt(comp, ck, args, 2); err != nil {
 		e.t.Errorf("the reversal's retry with its key failed: %v", err)
 	}
 	ids := e.wantEffects(ck, 1, "after the reversal and its retry")
@@ -479,7 +536,7 @@ func testReversal(e *env) {
 		}
 		return
 	}
-	found, ok := e.mustFind(comp, ck, ids)
+	found, ok := e.mustFind(comp, ck, args, ids)
 	if !ok {
 		return
 	}
