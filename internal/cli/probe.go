@@ -182,7 +182,7 @@ func cmdToolsProbe(ctx context.Context, args []string, out io.Writer) error {
 		}
 		session := probe.NewSession()
 		rep, err := probe.Run(ctx, tl, probe.Options{Args: probe.ArgsTemplate(tmpl, session), Session: session,
-			Claims: claimsOf(cat, s), LagMax: pf.lagMax, SettleMax: pf.settleMax, Poll: pf.poll})
+			Claims: probe.ClaimsOf(s), LagMax: pf.lagMax, SettleMax: pf.settleMax, Poll: pf.poll})
 		if err != nil {
 			return fmt.Errorf("tools probe: %w", err)
 		}
@@ -213,16 +213,6 @@ func cmdToolsProbe(ctx context.Context, args []string, out io.Writer) error {
 		return Exit(1, fmt.Errorf("tools probe: the provider contradicts the catalogue for %s: change the settings as the verdicts say", strings.Join(contradicted, ", ")))
 	}
 	return nil
-}
-
-// claimsOf is what the engine assumes of s's provider (probe.ClaimsOf),
-// the lag as the catalogue declares it.
-func claimsOf(cat *catalog.Catalog, s tool.Spec) probe.Claims {
-	var lag time.Duration
-	if cat != nil {
-		lag = cat.LookupLag(s.Name)
-	}
-	return probe.ClaimsOf(s, lag)
 }
 
 func sortedKeys(m map[string]string) []string {

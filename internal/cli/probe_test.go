@@ -83,7 +83,7 @@ func TestToolsProbe(t *testing.T) {
 		// Given up on at once, a request is sometimes not processed at all.
 		require.Regexp(t, `settle +agrees +the abandoned request did not land`, out)
 		require.Equal(t, 0, code, out)
-	} else if claimsOf(cat, cat.Specs()["send_note"]).Settle > 0 {
+	} else if probe.ClaimsOf(cat.Specs()["send_note"]).Settle > 0 {
 		require.Regexp(t, `settle +agrees +an abandoned request lands`, out)
 		require.Equal(t, 0, code, out)
 	} else {

@@ -102,15 +102,10 @@ type Claims struct {
 }
 
 // ClaimsOf returns the claims of a tool: its settle time (Spec.SettleTime,
-// declared or defaulted, once the engine has one; zero before) and its
-// lookup's lag, as the catalogue declares it (lookup.lag).
-func ClaimsOf(s tool.Spec, lookupLag time.Duration) Claims {
-	var c Claims
-	if st, ok := any(s).(interface{ SettleTime() time.Duration }); ok {
-		c.Settle = st.SettleTime()
-	}
-	c.Lag = lookupLag
-	return c
+// declared or defaulted) and its lookup's lag (Spec.Lag, the catalogue's
+// lookup.lag).
+func ClaimsOf(s tool.Spec) Claims {
+	return Claims{Settle: s.SettleTime(), Lag: s.Lag}
 }
 
 // Horizon is when, after a send, an absent lookup answer starts to count.

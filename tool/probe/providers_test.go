@@ -43,7 +43,7 @@ func repoPath(parts ...string) string {
 
 // claimsFor is what `starter tools probe` assumes of a catalogue tool.
 func claimsFor(cat *catalog.Catalog, tl tool.Tool) probe.Claims {
-	return probe.ClaimsOf(tl.Spec(), cat.LookupLag(tl.Spec().Name))
+	return probe.ClaimsOf(tl.Spec())
 }
 
 // settleWant checks the settle verdict on a provider that commits an
