@@ -24,6 +24,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agentsaga/agentsaga/catalog"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
@@ -174,6 +175,17 @@ func report(w io.Writer, err error, asJSON bool) int {
 	}
 	if asJSON {
 		_ = printJSON(w, map[string]any{"error": err.Error(), "code": code})
+		return code
+	}
+	var ce *catalog.Error
+	if errors.As(err, &ce) {
+		// A refused catalogue (the team's own file) names one problem per
+		// line: each line neutralised on its own.
+		lines := strings.Split(err.Error(), "\n")
+		for i, l := range lines {
+			lines[i] = safe(l)
+		}
+		fmt.Fprintln(w, progName+":", strings.Join(lines, "\n"))
 		return code
 	}
 	fmt.Fprintln(w, progName+":", safe(err.Error()))

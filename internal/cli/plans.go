@@ -105,7 +105,7 @@ func toolRegistry(ctx context.Context, files []string) (*tool.Registry, error) {
 	}
 	reg, err := catalog.Tools(files, cfg.Tools...)
 	if err != nil {
-		return nil, usageErr("%v", err)
+		return nil, usageErr("%w", err)
 	}
 	return reg, nil
 }
