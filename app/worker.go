@@ -65,6 +65,14 @@ type Dev struct {
 	Operators               workflows.Verifier
 	Keyring                 *codec.Keyring
 	AllowPlaintext          bool
+	// Tools are the tools of --tools (or $AGENTSAGA_TOOLS) and
+	// Options.Tools, loaded and checked; nil when none were given, and the
+	// dev stack runs the demo tools against its sandbox. ToolFiles names the
+	// catalogue files they came from.
+	Tools     *tool.Registry
+	ToolFiles []string
+	// Webhook is --notify-url's (nil without it).
+	Webhook *activities.Webhook
 }
 
 // UsageError is a problem with the command line or its files: the command
@@ -197,8 +205,8 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	if err != nil {
 		return UsageError{err}
 	}
-	if *dev && hook != nil {
-		return UsageError{errors.New("--notify-url: worker --dev does not notify; run the worker against a cluster for it")}
+	if len(toolFiles) == 0 {
+		toolFiles = filepath.SplitList(os.Getenv(catalog.EnvTools))
 	}
 	if *dev {
 		if o.Dev == nil {
@@ -211,16 +219,22 @@ func Worker(ctx context.Context, args []string, o Options) error {
 				return UsageError{fmt.Errorf("--codec-keys: %w", err)}
 			}
 		}
+		var tools *tool.Registry
+		if len(toolFiles) > 0 || len(o.Tools) > 0 {
+			// The catalogue is checked before anything starts: a missing or
+			// invalid file stops --dev with the loader's messages.
+			if tools, err = catalog.Tools(toolFiles, o.Tools...); err != nil {
+				return UsageError{err}
+			}
+		}
 		return o.Dev(ctx, Dev{
 			Temporal: t, DataDir: *dataDir, Port: *port, UIPort: *uiPort, HTTPPort: *httpPort, CodecAddr: *codecAddr,
 			Ledger: ledgerDSN, SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr, Log: log, Operators: verifier,
 			MetricsAddr: *metricsAddr, Keyring: ring, AllowPlaintext: *allowPlaintext,
+			Tools: tools, ToolFiles: toolFiles, Webhook: hook,
 		})
 	}
 
-	if len(toolFiles) == 0 {
-		toolFiles = filepath.SplitList(os.Getenv(catalog.EnvTools))
-	}
 	if len(toolFiles) == 0 && len(o.Tools) == 0 && (*sandboxURL == "" || o.DemoTools == nil) {
 		return UsageError{fmt.Errorf("no tools: give --tools FILE (a tool catalogue of your own APIs; env %s)%s", catalog.EnvTools, demoHint(o))}
 	}
