@@ -38,7 +38,7 @@ func TestDevWorkerServesTheCatalogue(t *testing.T) {
 	require.Equal(t, 2, code, "a missing catalogue is bad usage:\n%s", out)
 	require.Contains(t, out, "nope.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
-	require.NoError(t, os.WriteFile(bad, []byte("tools:\n  - name: create_refund\n    class: NON_IDEMPOTENT\n    lookpu: {}\n"), 0o600))
+	require.NoError(t, os.WriteFile(bad, []byte("version: 1\ntools:\n  - name: create_refund\n    class: NON_IDEMPOTENT\n    lookpu: {}\n"), 0o600))
 	out, code = runToExit(ctx, t, bin, "--dev", "--port", "0", "--ui-port", "-1", "--data-dir", filepath.Join(dir, "x"), "--tools", bad)
 	require.Equal(t, 2, code, "an invalid catalogue is bad usage:\n%s", out)
 	require.Contains(t, out, "NON_IDEMPOTENT", "the loader names the wrong class")

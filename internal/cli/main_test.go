@@ -121,7 +121,7 @@ func leaves() [][]string {
 var flagLine = regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`)
 
 func TestHelpOnEveryCommandExitsZeroAndListsItsFlags(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := docsText()
 	require.NoError(t, err)
 	for _, cmd := range leaves() {
 		for _, h := range []string{"--help", "-h"} {
