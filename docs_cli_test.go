@@ -24,15 +24,6 @@ var update = flag.Bool("update", false, "rewrite the generated CLI reference in 
 // by starter's tests.
 var starterOnly = map[string]bool{"demo": true, "sandbox": true, "chaos": true, "bench": true, "tools": true}
 
-// starterHelp is `starter ARGS --help` as internal/cli prints it.
-func starterHelp(t *testing.T, args ...string) string {
-	t.Helper()
-	var out bytes.Buffer
-	err := cli.Run(context.Background(), append(args, "--help"), strings.NewReader(""), &out, cli.Config{})
-	require.NoError(t, err, "starter %s --help", strings.Join(args, " "))
-	return out.String()
-}
-
 // workerHelp is `worker --help`, which the flag package prints to standard
 // error.
 func workerHelp(t *testing.T) string {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/config"
@@ -268,6 +269,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 		fmt.Fprintf(out, "workflow %s  request id %s  ui %s\n", safe(started.WorkflowID), safe(p.RequestID), safe(c.link(started.WorkflowID)))
 	}
 	st, err := sc.Wait(ctx, started.WorkflowID)
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && strings.HasPrefix(app.Type(), workflows.ErrInvalidPlan) {
+		return usageErr("plan %s was refused as invalid, nothing ran (correct it and run it again under the same session and turn): %s", started.WorkflowID, app.Message())
+	}
 	if err != nil {
 		return err
 	}
