@@ -127,7 +127,7 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	notifySecret := fs.String("notify-secret-file", os.Getenv(envNotifySecretFile), "the file holding the secret that signs notifications (HMAC-SHA256, at least 16 bytes; env "+envNotifySecretFile+"); required with --notify-url")
 	notifyAfter := fs.Duration("notify-after", 30*time.Minute, "notify again when a question is still open this long after it opened; 0 turns it off (env "+envNotifyAfter+")")
 	uiURL := fs.String("ui-url", os.Getenv(config.EnvUIURL), "the Temporal Web UI's base URL, for the links in notifications (env "+config.EnvUIURL+")")
-	deploymentName := fs.String("deployment-name", os.Getenv(config.EnvDeploymentName), "run versioned (Temporal Worker Versioning) as a build of this worker deployment: each plan and session runs to its end on the build that started it; the README's \"Upgrading and rolling back\" moves builds (env "+config.EnvDeploymentName+"; unset: unversioned)")
+	deploymentName := fs.String("deployment-name", os.Getenv(config.EnvDeploymentName), "run versioned (Temporal Worker Versioning) as a build of this worker deployment: each plan and session runs to its end on the build that started it; docs/production.md, \"Upgrading and rolling back\", moves builds (env "+config.EnvDeploymentName+"; unset: unversioned)")
 	buildID := fs.String("build-id", os.Getenv(config.EnvBuildID), "with --deployment-name: this build's ID, at most 200 bytes (env "+config.EnvBuildID+"; default the binary's version, `worker --version`)")
 	verbose := fs.Bool("v", false, "log every tool call")
 	showVersion := fs.Bool("version", false, "print which agentsaga this is and exit")

@@ -81,7 +81,7 @@ var synopsis = map[string]string{
 	"operator keygen": "operator keygen --name NAME --out FILE: make an operator's Ed25519 signing key (file mode 0600) and print the entry for the worker's operators file",
 	"operator show":   "operator show --key FILE: print the operators-file entry of an existing key",
 	"version":         "version [--json]: print which agentsaga this is (the release set at build time, else the module version or commit from the build information)",
-	"mcp":             "mcp (--http HOST:PORT | --stdio): serve the registered tools to MCP clients; each tools/call is one turn of the caller's AgentSession (see README, MCP gateway)",
+	"mcp":             "mcp (--http HOST:PORT | --stdio): serve the registered tools to MCP clients; each tools/call is one turn of the caller's AgentSession (see docs/agents.md, MCP gateway)",
 }
 
 // exitError carries an exit code.
