@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,24 +64,51 @@ func gofmt(t *testing.T, what, src string) string {
 	return string(bytes.TrimSpace(b))
 }
 
-// TestREADMEGoBlocks: every ```go block of README.md is, gofmt aside, a
-// region of readme_samples_test.go, in the same order, so the README's code
-// compiles against the packages it names (with this package's tests, go vet
-// and staticcheck).
-func TestREADMEGoBlocks(t *testing.T) {
-	md, err := os.ReadFile("README.md")
+// docFiles are the documentation files whose commands and Go blocks the
+// tests check: README.md, then docs/*.md in name order.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("docs", "*.md"))
 	require.NoError(t, err)
+	sort.Strings(files)
+	require.NotEmpty(t, files, "docs/*.md found nothing")
+	return append([]string{"README.md"}, files...)
+}
+
+// TestREADMEGoBlocks: every ```go block of README.md and docs/*.md (in
+// docFiles' order) is, gofmt aside, a region of readme_samples_test.go, in
+// the same order, so the documentation's code compiles against the packages
+// it names (with this package's tests, go vet and staticcheck).
+func TestREADMEGoBlocks(t *testing.T) {
 	src, err := os.ReadFile("readme_samples_test.go")
 	require.NoError(t, err)
-	blocks, lines := goBlocks(string(md))
-	require.NotEmpty(t, blocks, "README.md has no ```go block: remove this test and readme_samples_test.go, or fix the extraction")
+	type block struct {
+		where, text string
+	}
+	var blocks []block
+	for _, f := range docFiles(t) {
+		md, err := os.ReadFile(f)
+		require.NoError(t, err)
+		bs, lines := goBlocks(string(md))
+		for i, b := range bs {
+			blocks = append(blocks, block{f + " line " + strconv.Itoa(lines[i]), b})
+		}
+	}
+	require.NotEmpty(t, blocks, "the docs have no ```go block: remove this test and readme_samples_test.go, or fix the extraction")
 	got := regions(string(src))
 	for i, b := range blocks {
-		require.Less(t, i, len(got), "README.md line %d: a ```go block that readme_samples_test.go does not hold: copy it there between // readme:begin and // readme:end, with what it uses around it", lines[i])
-		require.Equal(t, gofmt(t, "README.md's block at line "+strconv.Itoa(lines[i]), b), gofmt(t, "region "+strconv.Itoa(i+1)+" of readme_samples_test.go", got[i]),
-			"README.md line %d: the block differs from region %d of readme_samples_test.go: change both alike", lines[i], i+1)
+		require.Less(t, i, len(got), "%s: a ```go block that readme_samples_test.go does not hold: copy it there between // readme:begin and // readme:end, with what it uses around it", b.where)
+		require.Equal(t, gofmt(t, b.where, b.text), gofmt(t, "region "+strconv.Itoa(i+1)+" of readme_samples_test.go", got[i]),
+			"%s: the block differs from region %d of readme_samples_test.go: change both alike", b.where, i+1)
 	}
-	require.Len(t, got, len(blocks), "readme_samples_test.go holds a region that README.md no longer has: remove it")
+	require.Len(t, got, len(blocks), "readme_samples_test.go holds a region that the docs no longer have: remove it")
+}
+
+// TestREADMEIsShort: the README is read in ten minutes.
+func TestREADMEIsShort(t *testing.T) {
+	fi, err := os.Stat("README.md")
+	require.NoError(t, err)
+	require.LessOrEqual(t, fi.Size(), int64(20<<10), "README.md is over 20 KB: move the detail to docs/ (by reader)")
 }
 
 // TestArchitecturePaths: every repository path ARCHITECTURE.md names in

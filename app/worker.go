@@ -65,6 +65,14 @@ type Dev struct {
 	Operators               workflows.Verifier
 	Keyring                 *codec.Keyring
 	AllowPlaintext          bool
+	// Tools are the tools of --tools (or $AGENTSAGA_TOOLS) and
+	// Options.Tools, loaded and checked; nil when none were given, and the
+	// dev stack runs the demo tools against its sandbox. ToolFiles names the
+	// catalogue files they came from.
+	Tools     *tool.Registry
+	ToolFiles []string
+	// Webhook is --notify-url's (nil without it).
+	Webhook *activities.Webhook
 }
 
 // UsageError is a problem with the command line or its files: the command
@@ -122,7 +130,7 @@ func Worker(ctx context.Context, args []string, o Options) error {
 	notifyMaxBackoff := fs.Duration("notify-max-backoff", activities.DefaultNotifyMaxBackoff, "the longest wait between two posts of one notification; waits double from 1s up to it")
 	consoleURL := fs.String("console-url", os.Getenv(envConsoleURL), "the operator console's base URL (starter console --addr): notifications then link to the question there, /q/{workflow}/{question} (env "+envConsoleURL+")")
 	uiURL := fs.String("ui-url", os.Getenv(config.EnvUIURL), "the Temporal Web UI's base URL, for the links in notifications (env "+config.EnvUIURL+")")
-	deploymentName := fs.String("deployment-name", os.Getenv(config.EnvDeploymentName), "run versioned (Temporal Worker Versioning) as a build of this worker deployment: each plan and session runs to its end on the build that started it; the README's \"Upgrading and rolling back\" moves builds (env "+config.EnvDeploymentName+"; unset: unversioned)")
+	deploymentName := fs.String("deployment-name", os.Getenv(config.EnvDeploymentName), "run versioned (Temporal Worker Versioning) as a build of this worker deployment: each plan and session runs to its end on the build that started it; docs/production.md, \"Upgrading and rolling back\", moves builds (env "+config.EnvDeploymentName+"; unset: unversioned)")
 	buildID := fs.String("build-id", os.Getenv(config.EnvBuildID), "with --deployment-name: this build's ID, at most 200 bytes (env "+config.EnvBuildID+"; default the binary's version, `worker --version`)")
 	verbose := fs.Bool("v", false, "log every tool call")
 	showVersion := fs.Bool("version", false, "print which agentsaga this is and exit")
@@ -223,8 +231,8 @@ func Worker(ctx context.Context, args []string, o Options) error {
 			hook.ConsoleURL = strings.TrimRight(*consoleURL, "/")
 		}
 	}
-	if *dev && hook != nil {
-		return UsageError{errors.New("--notify-url: worker --dev does not notify; run the worker against a cluster for it")}
+	if len(toolFiles) == 0 {
+		toolFiles = filepath.SplitList(os.Getenv(catalog.EnvTools))
 	}
 	if *dev {
 		if o.Dev == nil {
@@ -237,16 +245,22 @@ func Worker(ctx context.Context, args []string, o Options) error {
 				return UsageError{fmt.Errorf("--codec-keys: %w", err)}
 			}
 		}
+		var tools *tool.Registry
+		if len(toolFiles) > 0 || len(o.Tools) > 0 {
+			// The catalogue is checked before anything starts: a missing or
+			// invalid file stops --dev with the loader's messages.
+			if tools, err = catalog.Tools(toolFiles, o.Tools...); err != nil {
+				return UsageError{err}
+			}
+		}
 		return o.Dev(ctx, Dev{
 			Temporal: t, DataDir: *dataDir, Port: *port, UIPort: *uiPort, HTTPPort: *httpPort, CodecAddr: *codecAddr,
 			Ledger: ledgerDSN, SandboxURL: *sandboxURL, SandboxAddr: *sandboxAddr, Log: log, Operators: verifier,
 			MetricsAddr: *metricsAddr, Keyring: ring, AllowPlaintext: *allowPlaintext,
+			Tools: tools, ToolFiles: toolFiles, Webhook: hook,
 		})
 	}
 
-	if len(toolFiles) == 0 {
-		toolFiles = filepath.SplitList(os.Getenv(catalog.EnvTools))
-	}
 	if len(toolFiles) == 0 && len(o.Tools) == 0 && (*sandboxURL == "" || o.DemoTools == nil) {
 		return UsageError{fmt.Errorf("no tools: give --tools FILE (a tool catalogue of your own APIs; env %s)%s", catalog.EnvTools, demoHint(o))}
 	}

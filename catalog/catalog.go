@@ -96,7 +96,7 @@ func ParseWith(opts Options, srcs ...Source) (*Catalog, error) {
 	if nTools > MaxTools {
 		b.p.add("tools", "%d tools declared, the limit is %d", nTools, MaxTools)
 	}
-	if b.p.n() > 0 {
+	if nSys > MaxSystems || nTools > MaxTools {
 		return nil, b.p.err()
 	}
 	for fi, f := range files {
@@ -288,8 +288,10 @@ func (b *builder) tool(path string, d toolDecl) *httpTool {
 	}
 	t.resp = b.response(path+".response", d.Response, s.Class.IsWrite())
 	t.errs = b.errorRules(path+".errors", d.Errors, s.Class.IsWrite())
+	// An unknown class (NON_IDEMPOTENT) is named once, at .class: the
+	// checks that depend on the class wait for a known one.
 	if d.Lookup != nil {
-		if !s.Class.IsWrite() {
+		if s.Class.Valid() && !s.Class.IsWrite() {
 			p.add(path+".lookup", "a READ tool has nothing to look up: remove it")
 		}
 		if d.NoLookup {

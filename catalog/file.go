@@ -204,9 +204,29 @@ type problems struct {
 	prefix string
 	list   []string
 	more   int
+	// unknown holds, by mapping (prefix and path), the keys no field
+	// declares: a misspelt key (lookpu) leaves the key meant (lookup)
+	// unset, and the "is missing" problem that follows from it is not
+	// listed.
+	unknown map[string][]string
 }
 
+// followOn are the starts of the problems a misspelt key of the same
+// mapping explains.
+var followOn = []string{"is missing", "a write needs a lookup"}
+
 func (p *problems) add(path, format string, args ...any) {
+	parent, key := splitPath(path)
+	for _, u := range p.unknown[p.prefix+"\x00"+parent] {
+		if !misspelt(u, key) {
+			continue
+		}
+		for _, f := range followOn {
+			if strings.HasPrefix(format, f) {
+				return
+			}
+		}
+	}
 	msg := fmt.Sprintf(format, args...)
 	if path != "" {
 		msg = path + ": " + msg
@@ -219,6 +239,73 @@ func (p *problems) add(path, format string, args ...any) {
 		return
 	}
 	p.list = append(p.list, msg)
+}
+
+// unknownKey records that the mapping at path has key, which no field
+// declares.
+func (p *problems) unknownKey(path, key string) {
+	if p.unknown == nil {
+		p.unknown = map[string][]string{}
+	}
+	p.unknown[p.prefix+"\x00"+path] = append(p.unknown[p.prefix+"\x00"+path], key)
+}
+
+// unknownKeys counts the unknown keys recorded so far.
+func (p *problems) unknownKeys() int {
+	n := 0
+	for _, keys := range p.unknown {
+		n += len(keys)
+	}
+	return n
+}
+
+// splitPath is the mapping a path's last key is in and that key: tools[0]
+// and lookup for tools[0].lookup.
+func splitPath(path string) (string, string) {
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		return path[:i], path[i+1:]
+	}
+	return "", path
+}
+
+// misspelt reports whether key written is likely a misspelling of want:
+// the same ignoring case, or at most two edits apart (for keys of more
+// than three bytes).
+func misspelt(written, want string) bool {
+	a, b := strings.ToLower(written), strings.ToLower(want)
+	if a == b {
+		return true
+	}
+	if len(b) <= 3 || len(a) > MaxNameLen || len(b) > MaxNameLen {
+		return false
+	}
+	return editDistance(a, b) <= 2
+}
+
+// editDistance is the Damerau-Levenshtein distance (optimal string
+// alignment) of a and b: a swap of two neighbours is one edit.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }
 
 func (p *problems) err() error {
@@ -236,11 +323,11 @@ type Error struct {
 	More int
 }
 
-// Error implements error.
+// Error implements error: every problem on a line of its own.
 func (e *Error) Error() string {
-	msg := fmt.Sprintf("tool catalogue refused, fix every problem named (%d): %s", len(e.Problems)+e.More, strings.Join(e.Problems, "; "))
+	msg := fmt.Sprintf("tool catalogue refused, fix every problem named (%d):\n  %s", len(e.Problems)+e.More, strings.Join(e.Problems, "\n  "))
 	if e.More > 0 {
-		msg += fmt.Sprintf("; and %d more problems of the same file: fix these first", e.More)
+		msg += fmt.Sprintf("\n  and %d more problems of the same file: fix these first", e.More)
 	}
 	return msg
 }
@@ -293,12 +380,21 @@ func decodeFile(data []byte, p *problems) *file {
 		p.add("", "is empty: write `version: 1` and the systems and tools")
 		return nil
 	}
-	before := p.n()
+	before, unknown := p.n(), p.unknownKeys()
 	checkKeys(generic, reflect.TypeFor[file](), "", p)
-	if p.n() > before {
-		return nil
-	}
 	var out file
+	if found := p.n() - before; found > 0 {
+		// Unknown keys are named and the rest of the file is still checked
+		// (every problem in one pass); a value of the wrong shape stops
+		// here, as the decoder cannot read past it.
+		if found != p.unknownKeys()-unknown {
+			return nil
+		}
+		if err := yaml.NodeToValue(f.Docs[0].Body, &out); err != nil {
+			return nil
+		}
+		return &out
+	}
 	if err := yaml.NodeToValue(f.Docs[0].Body, &out, yaml.Strict()); err != nil {
 		p.add("", "%s", oneLine(err))
 		return nil
@@ -408,6 +504,11 @@ func checkKeys(v any, t reflect.Type, path string, p *problems) {
 		for _, k := range keys {
 			f, ok := fields[k]
 			if !ok {
+				p.unknownKey(path, k)
+				if near := nearest(k, names); near != "" {
+					p.add(join(path, k), "is not a known key: did you mean %s? (known: %s)", near, strings.Join(names, ", "))
+					continue
+				}
 				p.add(join(path, k), "is not a known key: use one of %s", strings.Join(names, ", "))
 				continue
 			}
@@ -455,6 +556,16 @@ func checkKeys(v any, t reflect.Type, path string, p *problems) {
 			}
 		}
 	}
+}
+
+// nearest is the name of names that key likely misspells, or "".
+func nearest(key string, names []string) string {
+	for _, n := range names {
+		if misspelt(key, n) {
+			return n
+		}
+	}
+	return ""
 }
 
 func shape(v any) string {

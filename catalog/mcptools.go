@@ -323,7 +323,7 @@ func (b *builder) mcpTool(path string, d toolDecl) *mcptool.Tool {
 	}
 	if l := m.Lookup; l != nil {
 		lp := path + ".mcp.lookup"
-		if !s.Class.IsWrite() {
+		if s.Class.Valid() && !s.Class.IsWrite() {
 			p.add(lp, "a READ tool has nothing to look up: remove it")
 		}
 		if d.NoLookup {

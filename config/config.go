@@ -247,6 +247,21 @@ func (t Temporal) ClientOptions() (client.Options, error) {
 }
 
 // DefaultDataDir is where --dev keeps the Temporal database and the ledger:
+// UIURLFile is the file under the data directory where `worker --dev`
+// writes the address of the Web UI it serves, so the starter's links point
+// at it (--ui-url and AGENTSAGA_UI_URL still win).
+const UIURLFile = "ui-url"
+
+// DevUIURL is the Web UI address worker --dev wrote under dir (empty when
+// it wrote none).
+func DevUIURL(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, UIURLFile))
+	if err != nil || len(b) > 2048 {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // $AGENTSAGA_DATA_DIR, else the user's cache directory.
 func DefaultDataDir() string {
 	if d := os.Getenv(EnvDataDir); d != "" {

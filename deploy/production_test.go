@@ -560,14 +560,14 @@ func TestComposeStepsInOrder(t *testing.T) {
 		}
 		header = append(header, strings.TrimPrefix(l, "#"))
 	}
-	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "docs", "production.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rs := string(readme)
 	i := strings.Index(rs, "With `docker compose`")
 	if i < 0 {
-		t.Fatalf("README has no compose steps (\"With `docker compose`\")")
+		t.Fatalf("docs/production.md has no compose steps (\"With `docker compose`\")")
 	}
 	block := rs[i:]
 	if j := strings.Index(block, "```sh"); j >= 0 {

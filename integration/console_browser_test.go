@@ -264,12 +264,18 @@ func listedWaiting(ctx context.Context, t *testing.T, st *devstack.Stack, id str
 	}
 }
 
-// readme is the repository's README.
+// readme is the repository's README and docs/*.md together.
 func readme(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	files, err := filepath.Glob("../docs/*.md")
 	require.NoError(t, err)
-	return string(b)
+	var all []byte
+	for _, f := range append([]string{"../README.md"}, files...) {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		all = append(all, b...)
+	}
+	return string(all)
 }
 
 // (b) of issue 21: an e-mail whose answer was lost (the relay committed it;

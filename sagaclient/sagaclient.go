@@ -136,9 +136,91 @@ func (c *Client) Start(ctx context.Context, p plan.Plan) (Run, error) {
 		return Run{}, err
 	}
 	if existing != fp {
+		// A plan the workflow refused as invalid ran nothing: its session
+		// and turn stay free for the corrected plan, which starts a new
+		// run under the same ID (allowed only after a failed run, and
+		// only this once: a second start meets the run it makes).
+		if refused, err := c.refusal(ctx, id, started.RunId); err != nil {
+			return Run{}, err
+		} else if refused != nil {
+			opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY
+			wr, err := c.c.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, p)
+			if err != nil {
+				return Run{}, fmt.Errorf("start %s after the refused plan %s: %w", id, existing, err)
+			}
+			return Run{WorkflowID: id, RunID: wr.GetRunID(), PlanFingerprint: fp}, nil
+		}
 		return Run{}, &ConflictError{WorkflowID: id, Existing: existing, Requested: fp}
 	}
 	return Run{WorkflowID: id, RunID: started.RunId, PlanFingerprint: fp}, nil
+}
+
+// RefusedError is a plan the workflow refused as invalid (a field, a tool
+// or an argument its worker does not accept). Nothing ran and nothing was
+// recorded in the ledger: its session and turn stay free, and Start of the
+// corrected plan under them runs it.
+type RefusedError struct {
+	WorkflowID, RunID string
+	// Reason is the workflow's own words: every problem, by field.
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("plan %s was refused as invalid, nothing ran (correct it and run it again under the same session and turn): %s", e.WorkflowID, e.Reason)
+}
+
+// refusal returns the RefusedError of run runID of id when the workflow
+// refused its plan as invalid, else nil.
+func (c *Client) refusal(ctx context.Context, id, runID string) (*RefusedError, error) {
+	d, err := c.c.DescribeWorkflowExecution(ctx, id, runID)
+	if err != nil {
+		return nil, fmt.Errorf("describe %s: %w", id, err)
+	}
+	if d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_FAILED {
+		return nil, nil
+	}
+	err = c.c.GetWorkflow(ctx, id, runID).Get(ctx, nil)
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || !strings.HasPrefix(app.Type(), workflows.ErrInvalidPlan) {
+		return nil, nil
+	}
+	return &RefusedError{WorkflowID: id, RunID: runID, Reason: app.Message()}, nil
+}
+
+// Checked waits until a worker has checked the plan of run r against its
+// tools (the run's first workflow task) and returns a *RefusedError when it
+// was refused, nil when it was accepted. It reads the run's history (a long
+// poll, no query); ctx bounds the wait, so give it a deadline: without a
+// worker on the task queue nothing checks the plan, and Checked returns
+// ctx's error.
+func (c *Client) Checked(ctx context.Context, r Run) error {
+	it := c.c.GetWorkflowHistory(ctx, r.WorkflowID, r.RunID, true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	completed := false
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("read the history of %s: %w", r.WorkflowID, err)
+		}
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+			completed = true
+		case enumspb.EVENT_TYPE_MARKER_RECORDED: // the pinned specs
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
+			refused, err := c.refusal(ctx, r.WorkflowID, r.RunID)
+			if err != nil || refused == nil {
+				return err
+			}
+			return refused
+		default:
+			if completed { // the first task went past the check
+				return nil
+			}
+		}
+	}
+	return ctx.Err()
 }
 
 func (c *Client) fingerprint(ctx context.Context, id, runID string) (string, error) {
@@ -162,6 +244,10 @@ func (c *Client) fingerprint(ctx context.Context, id, runID string) (string, err
 func (c *Client) Status(ctx context.Context, workflowID string) (workflows.Status, error) {
 	v, err := c.c.QueryWorkflow(ctx, workflowID, "", workflows.QueryStatus)
 	if err != nil {
+		// A refused plan never registered its status query: say so.
+		if refused, rerr := c.refusal(ctx, workflowID, ""); rerr == nil && refused != nil {
+			return workflows.Status{}, refused
+		}
 		return workflows.Status{}, fmt.Errorf("query status of %s: %w", workflowID, err)
 	}
 	var s workflows.Status

@@ -28,6 +28,10 @@ import (
 // sent without the codec keys to a worker that has them.
 const ErrPlaintextRefused = "InvalidPlanPlaintextRefused"
 
+// ErrInvalidPlan is the error type of a plan the workflow refused as
+// invalid; ErrPlaintextRefused starts with it. Nothing of such a plan ran.
+const ErrInvalidPlan = "InvalidPlan"
+
 // Saga runs plans against the tools it knows. Register its AgentPlan method
 // under WorkflowName.
 type Saga struct {
@@ -155,12 +159,14 @@ func (s *Saga) pin(p plan.Plan, raw json.RawMessage, workflowID string) pinned {
 	if _, err := plan.ParseBytes(raw, lim); err != nil {
 		return pinned{Invalid: err.Error()}
 	}
+	// The fields first, so a plan without session_id is told so, not
+	// that its ID agent-plan::1 is not its own.
+	if err := p.ValidateWith(s.Specs, lim); err != nil {
+		return pinned{Invalid: err.Error()}
+	}
 	if want := p.WorkflowID(); workflowID != want {
 		return pinned{Invalid: fmt.Sprintf("this plan (session %q, turn %d) runs only under the workflow ID %q, not %q: start it under its own ID",
 			clip(p.SessionID, 140), p.Turn, clip(want, 300), clip(workflowID, 300))}
-	}
-	if err := p.ValidateWith(s.Specs, lim); err != nil {
-		return pinned{Invalid: err.Error()}
 	}
 	out := tool.Specs{}
 	for _, st := range p.Steps {
@@ -191,7 +197,7 @@ func (s *Saga) AgentPlan(ctx workflow.Context, raw json.RawMessage) (Status, err
 	var p plan.Plan
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return Status{}, temporal.NewNonRetryableApplicationError(
-			"the input is not a plan (session_id, turn, request_id, requested_by, parallel, steps[] of {tool, args}): "+redact.String(err.Error()), "InvalidPlan", nil)
+			"the input is not a plan (session_id, turn, request_id, requested_by, parallel, steps[] of {tool, args}): "+redact.String(err.Error()), ErrInvalidPlan, nil)
 	}
 	var pin pinned
 	onChange := startedWithAttributes(ctx)
@@ -205,7 +211,7 @@ func (s *Saga) AgentPlan(ctx workflow.Context, raw json.RawMessage) (Status, err
 		return Status{}, fmt.Errorf("read the pinned tool specs: %w", err)
 	}
 	if pin.Invalid != "" {
-		return Status{}, temporal.NewNonRetryableApplicationError(pin.Invalid, "InvalidPlan", nil)
+		return Status{}, temporal.NewNonRetryableApplicationError(pin.Invalid, ErrInvalidPlan, nil)
 	}
 	r, err := newRun(ctx, s, pin.Specs, p)
 	if err != nil {
@@ -409,7 +415,7 @@ func newRunState(s *Saga, specs tool.Specs, p plan.Plan) *run {
 func newRun(ctx workflow.Context, s *Saga, specs tool.Specs, p plan.Plan) (*run, error) {
 	fp, err := p.Fingerprint()
 	if err != nil {
-		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidPlan", nil)
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidPlan, nil)
 	}
 	r := newRunState(s, specs, p)
 	r.st = Status{
@@ -419,7 +425,7 @@ func newRun(ctx workflow.Context, s *Saga, specs tool.Specs, p plan.Plan) (*run,
 	for n, s := range p.Steps {
 		sfp, err := p.StepFingerprint(n + 1)
 		if err != nil {
-			return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidPlan", nil)
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidPlan, nil)
 		}
 		r.st.Steps = append(r.st.Steps, StepStatus{
 			Step: n + 1, Key: p.Key(n + 1), Tool: s.Tool, Class: specs[s.Tool].Class,

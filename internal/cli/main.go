@@ -24,6 +24,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agentsaga/agentsaga/catalog"
 	"github.com/agentsaga/agentsaga/tool"
 )
 
@@ -83,7 +84,7 @@ var synopsis = map[string]string{
 	"operator keygen": "operator keygen --name NAME --out FILE: make an operator's Ed25519 signing key (file mode 0600) and print the entry for the worker's operators file",
 	"operator show":   "operator show --key FILE: print the operators-file entry of an existing key",
 	"version":         "version [--json]: print which agentsaga this is (the release set at build time, else the module version or commit from the build information)",
-	"mcp":             "mcp (--http HOST:PORT | --stdio): serve the registered tools to MCP clients; each tools/call is one turn of the caller's AgentSession (see README, MCP gateway)",
+	"mcp":             "mcp (--http HOST:PORT | --stdio): serve the registered tools to MCP clients; each tools/call is one turn of the caller's AgentSession (see docs/agents.md, MCP gateway)",
 	"tools probe":     "tools probe --tools FILE --args NAME=JSON [--tool NAME] [--lag-max 30s] [--settle-max D]: probe each write tool given --args against its provider (a staging one: every probe call is a real effect) and print one verdict per promise (key, lookup, absent, settle) with its evidence and the settings that are safe; exit 1 when the provider contradicts the catalogue",
 }
 
@@ -178,6 +179,17 @@ func report(w io.Writer, err error, asJSON bool) int {
 	}
 	if asJSON {
 		_ = printJSON(w, map[string]any{"error": err.Error(), "code": code})
+		return code
+	}
+	var ce *catalog.Error
+	if errors.As(err, &ce) {
+		// A refused catalogue (the team's own file) names one problem per
+		// line: each line neutralised on its own.
+		lines := strings.Split(err.Error(), "\n")
+		for i, l := range lines {
+			lines[i] = safe(l)
+		}
+		fmt.Fprintln(w, progName+":", strings.Join(lines, "\n"))
 		return code
 	}
 	fmt.Fprintln(w, progName+":", safe(err.Error()))

@@ -121,7 +121,7 @@ func leaves() [][]string {
 var flagLine = regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`)
 
 func TestHelpOnEveryCommandExitsZeroAndListsItsFlags(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := docsText()
 	require.NoError(t, err)
 	for _, cmd := range leaves() {
 		for _, h := range []string{"--help", "-h"} {
@@ -209,13 +209,18 @@ func TestRunMintsARequestIDOnlyWhenThePlanHasNone(t *testing.T) {
 
 func TestUILinkDefaultsToTheDevUIPort(t *testing.T) {
 	t.Setenv(config.EnvUIURL, "")
+	dir := t.TempDir()
+	t.Setenv(config.EnvDataDir, dir)
 	var c conn
 	fs := newFlagSet("status")
 	c.register(fs)
 	require.NoError(t, fs.Parse(nil))
-	require.Equal(t, "http://127.0.0.1:8233", c.uiURL)
 	require.Equal(t, 8233, config.DefaultUIPort)
 	require.Equal(t, "http://127.0.0.1:8233/namespaces/default/workflows/agent-plan:s:1", c.link("agent-plan:s:1"))
+
+	// worker --dev --ui-port 9000 wrote where its UI is: the link follows.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, config.UIURLFile), []byte("http://127.0.0.1:9000\n"), 0o600))
+	require.Equal(t, "http://127.0.0.1:9000/namespaces/default/workflows/agent-plan:s:1", c.link("agent-plan:s:1"))
 
 	t.Setenv(config.EnvUIURL, "https://temporal.example.com/")
 	var e conn

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -105,7 +104,7 @@ func TestMCPFlagsAreCheckedBeforeDialling(t *testing.T) {
 func TestMCPHelpListsFlagsTheREADMEDocuments(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"mcp", "--help"}, strings.NewReader(""), &out))
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := docsText()
 	require.NoError(t, err)
 	for _, f := range []string{"http", "stdio", "allow-remote", "duplicate-window", "call-timeout", "requested-by", "address"} {
 		require.Contains(t, out.String(), "-"+f, "mcp --help lists --%s", f)

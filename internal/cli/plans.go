@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/config"
@@ -54,7 +55,7 @@ func (c *conn) register(fs *flag.FlagSet) {
 		c.tools = append(c.tools, v)
 		return nil
 	})
-	fs.StringVar(&c.uiURL, "ui-url", envOr(config.EnvUIURL, defaultUIURL), "Temporal Web UI base URL, for links (env "+config.EnvUIURL+"; worker --dev serves it on --ui-port)")
+	fs.StringVar(&c.uiURL, "ui-url", os.Getenv(config.EnvUIURL), "Temporal Web UI base URL, for links (env "+config.EnvUIURL+"; default the address worker --dev wrote in its data directory, else "+defaultUIURL+")")
 	fs.BoolVar(&c.json, "json", false, "print JSON (errors too, on standard error)")
 }
 
@@ -105,7 +106,7 @@ func toolRegistry(ctx context.Context, files []string) (*tool.Registry, error) {
 	}
 	reg, err := catalog.Tools(files, cfg.Tools...)
 	if err != nil {
-		return nil, usageErr("%v", err)
+		return nil, usageErr("%w", err)
 	}
 	return reg, nil
 }
@@ -127,7 +128,17 @@ func (c *conn) specs(ctx context.Context) (tool.Catalog, error) {
 }
 
 func (c *conn) link(workflowID string) string {
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(c.uiURL, "/"), url.PathEscape(c.temporal.Namespace), url.PathEscape(workflowID))
+	ui := c.uiURL
+	if ui == "" {
+		dir := c.temporal.DataDir
+		if dir == "" {
+			dir = config.DefaultDataDir()
+		}
+		if ui = config.DevUIURL(dir); ui == "" {
+			ui = defaultUIURL
+		}
+	}
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(ui, "/"), url.PathEscape(c.temporal.Namespace), url.PathEscape(workflowID))
 }
 
 // requestIDNamespace scopes minted request IDs (UUIDv5) to agentsaga.
@@ -199,6 +210,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	c.register(fs)
 	file := fs.String("plan", "", "plan JSON file, or - for standard input (required)")
 	wait := fs.Bool("wait", false, "wait for the plan to finish and print its final status; exit 1 unless it succeeded")
+	checkWait := fs.Duration("check-wait", 30*time.Second, "how long to wait for a worker to check the plan against its tools (exit 2 when it refuses it; the refused plan's session and turn stay free); 0 does not wait")
 	pos, err := parse(fs, args, out)
 	if err != nil {
 		return err
@@ -227,19 +239,40 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	if err != nil {
 		return err
 	}
+	checked := "no worker checked it within --check-wait: it runs once a worker on task queue " + c.temporal.TaskQueue + " takes it"
+	if *checkWait > 0 {
+		cctx, cancel := context.WithTimeout(ctx, *checkWait)
+		err := sc.Checked(cctx, started)
+		cancel()
+		var refused *sagaclient.RefusedError
+		switch {
+		case errors.As(err, &refused):
+			return usageErr("%v", refused)
+		case err == nil:
+			checked = "accepted by the worker's tools"
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !errors.Is(err, context.DeadlineExceeded):
+			return err
+		}
+	}
 	if !*wait {
 		if c.json {
 			return printJSON(out, map[string]any{"workflow_id": started.WorkflowID, "run_id": started.RunID, "plan_fingerprint": started.PlanFingerprint,
-				"request_id": p.RequestID, "request_id_minted": minted, "ui": c.link(started.WorkflowID)})
+				"request_id": p.RequestID, "request_id_minted": minted, "ui": c.link(started.WorkflowID), "checked": checked})
 		}
-		fmt.Fprintf(out, "workflow   %s\nrun        %s\nrequest id %s%s\nui         %s\n", safe(started.WorkflowID), safe(started.RunID), safe(p.RequestID),
-			map[bool]string{true: " (minted: the plan had none)"}[minted], safe(c.link(started.WorkflowID)))
+		fmt.Fprintf(out, "workflow   %s\nrun        %s\nrequest id %s%s\nplan       %s\nui         %s\n", safe(started.WorkflowID), safe(started.RunID), safe(p.RequestID),
+			map[bool]string{true: " (minted: the plan had none)"}[minted], checked, safe(c.link(started.WorkflowID)))
 		return nil
 	}
 	if !c.json {
 		fmt.Fprintf(out, "workflow %s  request id %s  ui %s\n", safe(started.WorkflowID), safe(p.RequestID), safe(c.link(started.WorkflowID)))
 	}
 	st, err := sc.Wait(ctx, started.WorkflowID)
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && strings.HasPrefix(app.Type(), workflows.ErrInvalidPlan) {
+		return usageErr("plan %s was refused as invalid, nothing ran (correct it and run it again under the same session and turn): %s", started.WorkflowID, app.Message())
+	}
 	if err != nil {
 		return err
 	}
@@ -276,6 +309,14 @@ func cmdStatus(ctx context.Context, args []string, _ io.Reader, out io.Writer) e
 	}
 	defer closeFn()
 	st, err := sc.Status(ctx, pos[0])
+	var refused *sagaclient.RefusedError
+	if errors.As(err, &refused) {
+		if c.json {
+			return printJSON(out, map[string]any{"workflow_id": refused.WorkflowID, "run_id": refused.RunID, "state": "refused", "error": refused.Reason})
+		}
+		fmt.Fprintf(out, "plan %s  state refused  run %s\nerror: %s\nNothing ran: the session and turn are free for the corrected plan.\n", safe(refused.WorkflowID), safe(refused.RunID), safe(refused.Reason))
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,9 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/codec"
+	"github.com/agentsaga/agentsaga/config"
 	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/internal/devserver"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
@@ -93,6 +95,15 @@ type Options struct {
 	// http://MetricsAddr/metrics (port 0 picks a free one; see
 	// Stack.MetricsURL). Empty serves none.
 	MetricsAddr string
+	// Tools, when set, are the tools the stack's worker runs (a team's
+	// catalogue, `worker --dev --tools FILE`): no sandbox is started and the
+	// demo tools are not registered. Nil runs the demo tools against the
+	// sandbox (SandboxURL, or one started here).
+	Tools *tool.Registry
+	// Webhook, when set, is told when a question opens, ages past its
+	// reminder, and is decided or expires (`worker --dev --notify-url`). An
+	// empty Webhook.UIURL becomes the embedded Web UI's.
+	Webhook *activities.Webhook
 	// ServerMetrics makes the embedded server serve its own metrics
 	// (Stack.Server.MetricsURL); the bench counts the server's work per
 	// plan with them. Off by default: recording them costs the server CPU.
@@ -102,7 +113,7 @@ type Options struct {
 // Stack is a running product.
 type Stack struct {
 	Server     *devserver.Server // nil with Options.Address
-	Sandbox    *sandbox.Sandbox  // nil when Options.SandboxURL was given
+	Sandbox    *sandbox.Sandbox  // nil when Options.SandboxURL or Options.Tools was given
 	SandboxURL string
 	Client     client.Client
 	Plans      *sagaclient.Client
@@ -212,13 +223,21 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		if ui := st.Server.UIURL(); ui != "" {
 			codecSrv.AllowOrigins(ui)
 		}
+		if o.DataDir != "" {
+			// The starter's links follow the UI wherever --ui-port put it.
+			if err := os.WriteFile(filepath.Join(dir, config.UIURLFile), []byte(st.Server.UIURL()+"\n"), 0o600); err != nil {
+				return nil, fmt.Errorf("write the Web UI's address: %w", err)
+			}
+		}
 		hostPort, namespace = st.Server.FrontendAddr(), st.Server.Namespace()
 	} else if namespace == "" {
 		return nil, errors.New("devstack: Options.Address is set without Namespace: name the namespace `starter cluster setup` prepared")
 	}
 
 	st.SandboxURL = o.SandboxURL
-	if st.SandboxURL == "" {
+	if o.Tools != nil {
+		st.SandboxToken, st.SandboxTokenFile = "", ""
+	} else if st.SandboxURL == "" {
 		sbDir := ""
 		if o.DataDir != "" {
 			sbDir = filepath.Join(dir, "sandbox")
@@ -238,8 +257,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if st.Ledger, err = ledgerdb.Open(ctx, st.LedgerDSN); err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
-	if st.Tools, err = demotools.Registry(demotools.SandboxConfig(st.SandboxURL)); err != nil {
-		return nil, err
+	st.Tools = o.Tools
+	if st.Tools == nil {
+		if st.Tools, err = demotools.Registry(demotools.SandboxConfig(st.SandboxURL)); err != nil {
+			return nil, err
+		}
 	}
 
 	copts := client.Options{
@@ -274,7 +296,13 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		tq = workflows.TaskQueue
 	}
 	st.Plans = st.PlansOn(tq)
-	st.workerOpts = sagaworker.Options{Tools: st.Tools, Logger: log, Operators: o.Operators, Worker: wopts}
+	hook := o.Webhook
+	if hook != nil && hook.UIURL == "" && st.Server != nil {
+		h := *hook
+		h.UIURL = st.Server.UIURL()
+		hook = &h
+	}
+	st.workerOpts = sagaworker.Options{Tools: st.Tools, Logger: log, Operators: o.Operators, Worker: wopts, Webhook: hook}
 	if o.NoWorker {
 		return st, nil
 	}
