@@ -90,6 +90,11 @@ func fill(out Result, res workflows.TurnResult) Result {
 		out.Message = waitingText(out)
 	default:
 		out.Message = fmt.Sprintf("%s is still running (turn %d, operation key %s): call this tool again with the same arguments and the same _meta to read its result; it will not run twice.", out.Tool, out.Turn, out.Key)
+		if s := out.Step; s != nil && !s.InFlightUntil.IsZero() {
+			// The in-flight horizon: say what the call waits for and until when.
+			out.Message += fmt.Sprintf("\nIts answer was lost and the provider does not show the effect yet; its request may still land until %s, when the provider is asked again (found: succeeded; still absent: sent again under the same key).",
+				s.InFlightUntil.UTC().Format(time.RFC3339))
+		}
 	}
 	return out
 }

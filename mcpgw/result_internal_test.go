@@ -3,6 +3,7 @@ package mcpgw
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -50,5 +51,23 @@ func TestRenderKeepsALuhnValidTurnWhole(t *testing.T) {
 	want := "send_email succeeded (turn 1099511640121, operation key s1:1099511640121:1:send_email, external id [redacted card ending 1111])."
 	if got != want {
 		t.Fatalf("the model reads %q, want %q", got, want)
+	}
+}
+
+// A call whose step waits out the in-flight horizon says what it waits for
+// and until when, and that nothing is sent twice.
+func TestRunningTextNamesTheInFlightHorizon(t *testing.T) {
+	until := time.Date(2026, 12, 6, 21, 0, 30, 0, time.UTC)
+	out := Result{Tool: "create_record", Session: "s", Turn: 3}
+	step := workflows.StepStatus{Key: "s:3:1:create_record", InFlightUntil: until}
+	got := fill(out, workflows.TurnResult{State: workflows.TurnRunning, Steps: []workflows.StepStatus{step}}).Message
+	for _, w := range []string{"still running", "may still land until 2026-12-06T21:00:30Z", "same key"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("%q lacks %q", got, w)
+		}
+	}
+	plain := fill(out, workflows.TurnResult{State: workflows.TurnRunning, Steps: []workflows.StepStatus{{Key: step.Key}}}).Message
+	if strings.Contains(plain, "may still land") {
+		t.Errorf("a step with no horizon says it waits for one: %q", plain)
 	}
 }
