@@ -27,14 +27,14 @@ import (
 
 // The tests of this file hold the engine to "establish what the provider
 // holds, never assume it" against a provider that behaves as real ones do and
-// the engine cannot change: shopAPI, a JSON REST server that never
+// the engine cannot change: evidenceAPI, a JSON REST server that never
 // deduplicates (the key rides in a body field it merely stores), finds orders
 // by a filter, may commit after the client gave up, may show a commit late,
 // may refuse connections for a while and may answer 503 with Retry-After.
 // Effects are counted in its own store.
 
-// shopOrder is an order in shopAPI's store.
-type shopOrder struct {
+// evidenceOrder is an order in evidenceAPI's store.
+type evidenceOrder struct {
 	ID          int    `json:"id"`
 	Reference   string `json:"reference"`
 	Customer    string `json:"customer"`
@@ -43,17 +43,17 @@ type shopOrder struct {
 	created     time.Time
 }
 
-// shopCancel is a cancellation (a storno of an order) in shopAPI's store.
-type shopCancel struct {
+// evidenceCancel is a cancellation (a storno of an order) in evidenceAPI's store.
+type evidenceCancel struct {
 	ID        int    `json:"id"`
 	OrderID   int    `json:"order_id"`
 	Reference string `json:"reference"`
 }
 
-type shopAPI struct {
+type evidenceAPI struct {
 	mu      sync.Mutex
-	orders  []shopOrder
-	cancels []shopCancel
+	orders  []evidenceOrder
+	cancels []evidenceCancel
 	// slow: an order created under one of these references is committed
 	// only when the first lookup of the reference arrives, after that
 	// lookup read the store: the commit lands after the lookup said absent
@@ -73,11 +73,11 @@ type shopAPI struct {
 	calls map[string]int
 }
 
-func newShopAPI() *shopAPI {
-	return &shopAPI{slow: map[string]chan struct{}{}, drop: map[string]bool{}, calls: map[string]int{}}
+func newEvidenceAPI() *evidenceAPI {
+	return &evidenceAPI{slow: map[string]chan struct{}{}, drop: map[string]bool{}, calls: map[string]int{}}
 }
 
-func (s *shopAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *evidenceAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.calls[r.Method+" "+r.URL.Path]++
 	s.mu.Unlock()
@@ -99,8 +99,8 @@ func (s *shopAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *shopAPI) create(w http.ResponseWriter, r *http.Request) {
-	var o shopOrder
+func (s *evidenceAPI) create(w http.ResponseWriter, r *http.Request) {
+	var o evidenceOrder
 	if err := json.NewDecoder(r.Body).Decode(&o); err != nil {
 		http.Error(w, `{"error":{"code":"bad_json"}}`, http.StatusBadRequest)
 		return
@@ -125,10 +125,10 @@ func (s *shopAPI) create(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(o)
 }
 
-func (s *shopAPI) find(w http.ResponseWriter, r *http.Request) {
+func (s *evidenceAPI) find(w http.ResponseWriter, r *http.Request) {
 	ref := r.URL.Query().Get("reference")
 	s.mu.Lock()
-	items := []shopOrder{}
+	items := []evidenceOrder{}
 	for _, o := range s.orders {
 		if (s.ignoreFilter || o.Reference == ref) && time.Since(o.created) >= s.lag {
 			items = append(items, o)
@@ -148,7 +148,7 @@ func (s *shopAPI) find(w http.ResponseWriter, r *http.Request) {
 }
 
 // awaitOrder returns once an order under ref is stored (or ctx ends).
-func (s *shopAPI) awaitOrder(ctx context.Context, ref string) {
+func (s *evidenceAPI) awaitOrder(ctx context.Context, ref string) {
 	for ctx.Err() == nil {
 		if s.count(ref) > 0 {
 			return
@@ -160,7 +160,7 @@ func (s *shopAPI) awaitOrder(ctx context.Context, ref string) {
 	}
 }
 
-func (s *shopAPI) cancel(w http.ResponseWriter, r *http.Request) {
+func (s *evidenceAPI) cancel(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/orders/"), "/cancellations"))
 	if err != nil {
 		http.NotFound(w, r)
@@ -179,16 +179,16 @@ func (s *shopAPI) cancel(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"error":{"code":"maintenance","message":"back in a second"}}`))
 		return
 	}
-	c := shopCancel{ID: 900 + len(s.cancels), OrderID: id, Reference: body.Reference}
+	c := evidenceCancel{ID: 900 + len(s.cancels), OrderID: id, Reference: body.Reference}
 	s.cancels = append(s.cancels, c)
 	w.WriteHeader(http.StatusCreated)
 	_ = json.NewEncoder(w).Encode(c)
 }
 
-func (s *shopAPI) findCancels(w http.ResponseWriter, r *http.Request) {
+func (s *evidenceAPI) findCancels(w http.ResponseWriter, r *http.Request) {
 	ref := r.URL.Query().Get("reference")
 	s.mu.Lock()
-	items := []shopCancel{}
+	items := []evidenceCancel{}
 	for _, c := range s.cancels {
 		if c.Reference == ref {
 			items = append(items, c)
@@ -199,7 +199,7 @@ func (s *shopAPI) findCancels(w http.ResponseWriter, r *http.Request) {
 }
 
 // count is how many orders the provider stores under ref.
-func (s *shopAPI) count(ref string) int {
+func (s *evidenceAPI) count(ref string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -212,7 +212,7 @@ func (s *shopAPI) count(ref string) int {
 }
 
 // order is the first order stored under ref.
-func (s *shopAPI) order(ref string) (shopOrder, bool) {
+func (s *evidenceAPI) order(ref string) (evidenceOrder, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, o := range s.orders {
@@ -220,11 +220,11 @@ func (s *shopAPI) order(ref string) (shopOrder, bool) {
 			return o, true
 		}
 	}
-	return shopOrder{}, false
+	return evidenceOrder{}, false
 }
 
 // cancelsOf counts the cancellations of order id.
-func (s *shopAPI) cancelsOf(id int) int {
+func (s *evidenceAPI) cancelsOf(id int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -244,10 +244,10 @@ func hijackClose(w http.ResponseWriter) {
 	}
 }
 
-// shopCatalogue declares shopAPI's tools as a team would: create_order is a
+// evidenceCatalogue declares evidenceAPI's tools as a team would: create_order is a
 // NON_IDEMPOTENT_WRITE (nothing deduplicates it) with a lookup by the
 // reference filter, settle and lag as given; cancel_order its storno.
-func shopCatalogue(settle, lag string) string {
+func evidenceCatalogue(settle, lag string) string {
 	lagLine := ""
 	if lag != "" {
 		lagLine = "\n      lag: " + lag
@@ -324,10 +324,10 @@ tools:
 `, settle, lagLine)
 }
 
-// shopStack is an embedded Temporal and a worker running shopCatalogue's
-// tools against a shopAPI on a port of its own.
-type shopStack struct {
-	api   *shopAPI
+// evidenceStack is an embedded Temporal and a worker running evidenceCatalogue's
+// tools against a evidenceAPI on a port of its own.
+type evidenceStack struct {
+	api   *evidenceAPI
 	plans *sagaclient.Client
 	st    *devstack.Stack
 	ln    net.Listener
@@ -336,9 +336,9 @@ type shopStack struct {
 	mu    sync.Mutex
 }
 
-func startShopStack(ctx context.Context, t *testing.T, name, settle, lag string) *shopStack {
+func startEvidenceStack(ctx context.Context, t *testing.T, name, settle, lag string) *evidenceStack {
 	t.Helper()
-	s := &shopStack{api: newShopAPI()}
+	s := &evidenceStack{api: newEvidenceAPI()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	s.addr = ln.Addr().String()
@@ -349,7 +349,7 @@ func startShopStack(ctx context.Context, t *testing.T, name, settle, lag string)
 			return "http://" + s.addr, true
 		}
 		return "", false
-	}}, catalog.Source{Name: name + ".yaml", Data: []byte(shopCatalogue(settle, lag))})
+	}}, catalog.Source{Name: name + ".yaml", Data: []byte(evidenceCatalogue(settle, lag))})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cat.Close() })
 	reg, err := cat.Registry()
@@ -367,7 +367,7 @@ func startShopStack(ctx context.Context, t *testing.T, name, settle, lag string)
 	return s
 }
 
-func (s *shopStack) serve(ln net.Listener) {
+func (s *evidenceStack) serve(ln net.Listener) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ln, s.srv = ln, &http.Server{Handler: s.api, ReadHeaderTimeout: 5 * time.Second}
@@ -375,7 +375,7 @@ func (s *shopStack) serve(ln net.Listener) {
 }
 
 // stop closes the provider's port: connections are refused until reopen.
-func (s *shopStack) stop() {
+func (s *evidenceStack) stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.srv != nil {
@@ -385,7 +385,7 @@ func (s *shopStack) stop() {
 }
 
 // reopen listens on the provider's port again.
-func (s *shopStack) reopen(t *testing.T) {
+func (s *evidenceStack) reopen(t *testing.T) {
 	t.Helper()
 	ln, err := net.Listen("tcp", s.addr)
 	require.NoError(t, err, "listen on the provider's port again")
@@ -403,7 +403,7 @@ func orderStep(t *testing.T, customer string, amount int) plan.Step {
 // looks again: it finds the order and sends nothing more. One order.
 func TestSlowCommitAfterTimeoutIsOneEffect(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
-	s := startShopStack(ctx, t, "slow-commit", "8s", "")
+	s := startEvidenceStack(ctx, t, "slow-commit", "8s", "")
 	p := newPlan("it-evidence-slow", orderStep(t, "cus-ana", 1200))
 	s.api.mu.Lock()
 	s.api.slow[p.Key(1)] = make(chan struct{})
@@ -448,7 +448,7 @@ func requireHorizonTimer(ctx context.Context, t *testing.T, st *devstack.Stack, 
 // nothing: one order, found by a later lookup.
 func TestLaggingLookupIsOneEffect(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
-	s := startShopStack(ctx, t, "lag", "1s", "6s")
+	s := startEvidenceStack(ctx, t, "lag", "1s", "6s")
 	s.api.mu.Lock()
 	s.api.lag = 4 * time.Second
 	s.api.mu.Unlock()
@@ -472,7 +472,7 @@ func TestLaggingLookupIsOneEffect(t *testing.T) {
 // blip is no failure. One order.
 func TestRefusedConnectionsForTenSecondsAreRiddenOut(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
-	s := startShopStack(ctx, t, "refused", "2s", "")
+	s := startEvidenceStack(ctx, t, "refused", "2s", "")
 	s.stop()
 	p := newPlan("it-evidence-refused", orderStep(t, "cus-cy", 3400))
 	run, err := s.plans.Start(ctx, p)
@@ -499,7 +499,7 @@ func TestRefusedConnectionsForTenSecondsAreRiddenOut(t *testing.T) {
 // so the order is cancelled once and nobody is asked.
 func TestReversalRidesOutRetryAfter(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
-	s := startShopStack(ctx, t, "reversal", "2s", "")
+	s := startEvidenceStack(ctx, t, "reversal", "2s", "")
 	s.api.mu.Lock()
 	s.api.unavailable = 3
 	s.api.mu.Unlock()
@@ -527,9 +527,9 @@ func TestReversalRidesOutRetryAfter(t *testing.T) {
 // that id, recorded with who.
 func TestPersonAdoptsTheEffectTheyFound(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
-	s := startShopStack(ctx, t, "adopt", "1s", "")
+	s := startEvidenceStack(ctx, t, "adopt", "1s", "")
 	s.api.mu.Lock()
-	s.api.orders = append(s.api.orders, shopOrder{ID: 7, Reference: "someone-else", Customer: "cus-zed", AmountMinor: 99, Currency: "EUR"})
+	s.api.orders = append(s.api.orders, evidenceOrder{ID: 7, Reference: "someone-else", Customer: "cus-zed", AmountMinor: 99, Currency: "EUR"})
 	s.api.ignoreFilter = true
 	s.api.mu.Unlock()
 	p := newPlan("it-evidence-adopt", orderStep(t, "cus-eve", 5600))
