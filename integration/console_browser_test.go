@@ -68,14 +68,14 @@ func startConsole(t *testing.T, st *devstack.Stack, keyFile string) string {
 
 // startConsoleOn starts the console with keyFile on listen; stop stops it
 // (and is called when the test ends).
-func startConsoleOn(t *testing.T, st *devstack.Stack, keyFile, listen string) (u string, stop func()) {
+func startConsoleOn(t *testing.T, st *devstack.Stack, keyFile, listen string, extra ...string) (u string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		err := cli.Run(ctx, []string{"console", "--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(),
-			"--key", keyFile, "--listen", listen, "--ui-url", st.Server.UIURL()}, nil, pw, cli.Config{})
+		err := cli.Run(ctx, append([]string{"console", "--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(),
+			"--key", keyFile, "--listen", listen, "--ui-url", st.Server.UIURL()}, extra...), nil, pw, cli.Config{})
 		_ = pw.CloseWithError(fmt.Errorf("console ended: %v", err))
 		done <- err
 	}()
@@ -134,12 +134,13 @@ func runBrowserInto(ctx context.Context, t *testing.T, res any, env ...string) {
 }
 
 // consoleStack is a dev stack whose worker verifies decisions against an
-// operators file naming alice, and alice's key file; both browser tests use
-// it.
+// operators file naming alice and bob, and their key files; the browser
+// tests use it.
 var consoleStack struct {
 	once    sync.Once
 	st      *devstack.Stack
 	keyFile string
+	bobFile string
 	err     error
 }
 
@@ -160,7 +161,16 @@ func operatorStack(t *testing.T) (*devstack.Stack, string) {
 		if consoleStack.err = alice.Write(consoleStack.keyFile); consoleStack.err != nil {
 			return
 		}
-		file, _ := json.Marshal(operators.File{Operators: []operators.Operator{alice.Entry()}})
+		bob, err := operators.NewKey("bob", rand.Reader)
+		if err != nil {
+			consoleStack.err = err
+			return
+		}
+		consoleStack.bobFile = filepath.Join(dir, "bob.key")
+		if consoleStack.err = bob.Write(consoleStack.bobFile); consoleStack.err != nil {
+			return
+		}
+		file, _ := json.Marshal(operators.File{Operators: []operators.Operator{alice.Entry(), bob.Entry()}})
 		ring, err := operators.Parse(file)
 		if err != nil {
 			consoleStack.err = err
@@ -532,4 +542,55 @@ func TestConsoleByRefusedWhenKeysAreRequired(t *testing.T) {
 	err = cli.Run(ctx, []string{"console", "--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(),
 		"--by", "alice", "--listen", "127.0.0.1:0"}, nil, io.Discard, cli.Config{})
 	require.ErrorContains(t, err, "accept only signed decisions")
+}
+
+// Issue 36 item 2: two operators share work through claims kept in the
+// ledger. Alice claims a refund's approval in her console; bob's console
+// (another process's worth: its own server, session and ledger handle)
+// shows "claimed by alice since HH:MM (expires HH:MM)" without a Claim
+// button; alice releases it and bob sees it free; she claims it again and
+// bob approves anyway. The decision is made once (one refund at the
+// acquirer) and the audit trail says bob overrode alice's claim.
+func TestConsoleClaimsSharedByTwoOperatorsInTheBrowser(t *testing.T) {
+	consoleBrowser(t)
+	st, aliceFile := operatorStack(t)
+	ctx := testContext(t, 2*time.Minute)
+	sb := sandbox.NewClient(st.SandboxURL, nil)
+	p := newPlan("it-console-claim", step(t, "apply_refund", map[string]any{"order_id": "ord_it_claim", "amount_minor": 62000, "currency": "EUR", "reason": "twice charged"}))
+	run, err := st.Plans.Start(ctx, p)
+	require.NoError(t, err)
+	waitStatus(ctx, t, st, run.WorkflowID, questionOn(1, workflows.QuestionApproval))
+
+	alice, _ := startConsoleOn(t, st, aliceFile, "127.0.0.1:0", "--ledger", st.LedgerDSN)
+	bob, _ := startConsoleOn(t, st, consoleStack.bobFile, "127.0.0.1:0", "--ledger", st.LedgerDSN)
+	var seen struct {
+		AliceClaimed string `json:"alice_claimed"`
+		BobSees      string `json:"bob_sees"`
+		BobTake      bool   `json:"bob_take_visible"`
+		BobFree      string `json:"bob_free"`
+		BobResult    string `json:"bob_result"`
+	}
+	runBrowserInto(ctx, t, &seen, "CONSOLE_URL="+alice, "OTHER_CONSOLE_URL="+bob, "SCENARIO=claim", "WORKFLOW_ID="+run.WorkflowID,
+		"REASON=customer called twice, approving now")
+	require.Regexp(t, `^claimed by you \(alice\) since \d\d:\d\d UTC \(expires \d\d:\d\d UTC\)$`, seen.AliceClaimed)
+	require.Regexp(t, `^claimed by alice since \d\d:\d\d UTC \(expires \d\d:\d\d UTC\): deciding anyway overrides the claim`, seen.BobSees)
+	require.False(t, seen.BobTake, "bob cannot take alice's claim")
+	require.Equal(t, "not claimed", seen.BobFree, "released: bob sees it free")
+	require.Contains(t, seen.BobResult, "overrode the claim of alice")
+
+	final, err := st.Plans.WaitRun(ctx, run)
+	require.NoError(t, err)
+	require.Equal(t, workflows.SagaSucceeded, final.State, "plan error: %s", final.Error)
+	require.Equal(t, 1, countKind(effectsUnder(ctx, t, sb, p.Key(1)), "refund"), "exactly one refund at the acquirer")
+	trail, err := st.Ledger.Decisions(ctx, p.Key(1))
+	require.NoError(t, err)
+	require.Len(t, trail, 1)
+	require.Equal(t, "bob", trail[0].By)
+	require.True(t, trail[0].Verified)
+	require.Regexp(t, `^\(overrides the claim of alice, held since \d{4}-\d\d-\d\d \d\d:\d\d UTC until \d\d:\d\d UTC\) customer called twice, approving now$`, trail[0].Note)
+	claims, err := st.Ledger.QuestionClaims(ctx)
+	require.NoError(t, err)
+	for _, c := range claims {
+		require.NotEqual(t, run.WorkflowID, c.WorkflowID, "the claim was released with the decision")
+	}
 }

@@ -297,7 +297,8 @@ type Store interface {
 	// returns how many; it never removes one that is not final, nor a
 	// succeeded one that holds a guard scope (it holds it until it is
 	// compensated), nor any entry of the audit trail. It also forgets the
-	// keyless calls whose ForgetAfter is before the cutoff (not counted).
+	// keyless calls whose ForgetAfter is before the cutoff and the question
+	// claims that lapsed before it (neither counted).
 	Purge(ctx context.Context, completedBefore time.Time) (int, error)
 	// Transition records a machine change of state (see Transition). A
 	// row that becomes failed_final or compensated no longer holds its
@@ -325,6 +326,9 @@ type Store interface {
 	// KeylessCalls keep the MCP gateway's memory of calls sent without a
 	// key (see KeylessCall).
 	KeylessCalls
+	// QuestionClaims keep which operator is working which open question
+	// (see QuestionClaim).
+	QuestionClaims
 	// Close releases the store's connections.
 	Close() error
 }
@@ -415,4 +419,51 @@ type KeylessCalls interface {
 	// none is stored) and returns it as stored, with its new version;
 	// ErrStale otherwise, and nothing changes.
 	PutKeylessCall(ctx context.Context, c KeylessCall) (KeylessCall, error)
+}
+
+// QuestionClaim is an operator's claim on one open question: others see who
+// holds it and since when, until it is released or Until passes. A claim
+// never stops a decision; the console records whose claim a decision
+// overrides.
+type QuestionClaim struct {
+	WorkflowID string    `json:"workflow_id"` // at most MaxClaimIdent bytes
+	QuestionID string    `json:"question_id"` // at most MaxClaimIdent bytes
+	By         string    `json:"by"`          // the operator, at most MaxClaimBy bytes
+	Since      time.Time `json:"since"`       // when By took it (kept when By renews it)
+	Until      time.Time `json:"until"`       // when it lapses unless renewed
+}
+
+// Limits of a QuestionClaim.
+const (
+	// MaxClaimIdent bounds a claim's WorkflowID and QuestionID.
+	MaxClaimIdent = 512
+	// MaxClaimBy bounds a claim's By.
+	MaxClaimBy = 128
+	// MaxClaimFor bounds how long one claim (or renewal) lasts.
+	MaxClaimFor = 8 * time.Hour
+	// MaxQuestionClaims bounds the live claims QuestionClaims returns.
+	MaxQuestionClaims = 10000
+)
+
+// ErrClaimed is returned (wrapped, naming the holder) by ClaimQuestion and
+// ReleaseQuestion when another operator's claim on the question is live.
+var ErrClaimed = errors.New("ledger: the question is claimed by another operator")
+
+// QuestionClaims is the part of Store the operator console uses to share
+// work: one row per question, shared by every console process.
+type QuestionClaims interface {
+	// ClaimQuestion gives the question to by for d (0 < d <= MaxClaimFor,
+	// from the ledger's clock) if no one else's claim on it is live, and
+	// returns the claim as stored; by renewing a live claim keeps its
+	// Since. When another's claim is live it changes nothing and returns
+	// that claim with an error wrapping ErrClaimed.
+	ClaimQuestion(ctx context.Context, workflowID, questionID, by string, d time.Duration) (QuestionClaim, error)
+	// ReleaseQuestion drops by's claim on the question (a lapsed claim of
+	// anyone's too); nothing to release is no error. When another's claim
+	// is live it changes nothing and returns that claim with an error
+	// wrapping ErrClaimed.
+	ReleaseQuestion(ctx context.Context, workflowID, questionID, by string) (QuestionClaim, error)
+	// QuestionClaims lists the live claims (Until after now), oldest
+	// first, at most MaxQuestionClaims.
+	QuestionClaims(ctx context.Context) ([]QuestionClaim, error)
 }

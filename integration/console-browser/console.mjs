@@ -5,7 +5,8 @@
 // any failure.
 //
 //   CONSOLE_URL   the URL the console printed (token included)
-//   SCENARIO      approve | resolve
+//   SCENARIO      approve | resolve | claim | find | login | deeplink | port
+//   OTHER_CONSOLE_URL  claim: the second operator's console URL
 //   WORKFLOW_ID   the plan whose question to decide
 //   AMOUNT        approve: the amount the card must show (600.00 EUR)
 //   REASON        the reason typed
@@ -58,7 +59,7 @@ async function main() {
     if (page.url().includes('token=')) throw new Error('the token stayed in the address: ' + page.url());
     await page.locator('body[data-loaded="true"]').waitFor();
 
-    const scenarios = { login: async () => ({ shown: await shownQuestions(page) }), approve: () => approve(page, wid, ctx), resolve: () => resolve(page, wid), port: () => otherPort(page, ctx), find: () => findWork(page) };
+    const scenarios = { login: async () => ({ shown: await shownQuestions(page) }), approve: () => approve(page, wid, ctx), resolve: () => resolve(page, wid), port: () => otherPort(page, ctx), find: () => findWork(page), claim: () => claimShared(page, wid, ctx) };
     if (!scenarios[scenario]) throw new Error('unknown SCENARIO ' + scenario);
     const out = await scenarios[scenario]();
     if (problems.length) throw new Error(problems.join('; '));
@@ -199,6 +200,49 @@ async function findWork(page) {
   await set('amount_min', 'lots');
   await page.locator('#find-error').filter({ hasText: 'amount_min' }).waitFor();
   out.bad_amount = await page.locator('#find-error').innerText();
+  return out;
+}
+
+// claimShared plays two operators: alice (this page) claims the question
+// of wid; bob (a page on OTHER_CONSOLE_URL, another console) sees her
+// claim; alice releases it and bob sees it free; she claims it again and
+// bob approves anyway.
+async function claimShared(page, wid, ctx) {
+  const out = {};
+  const a = question(page, wid, 'approval');
+  await a.waitFor();
+  await a.locator('.claim button.take').click();
+  await a.locator('.claim .claimed').filter({ hasText: /^claimed by you/ }).waitFor();
+  out.alice_claimed = await a.locator('.claim .claimed').innerText();
+
+  const bobPage = await ctx.newPage();
+  bobPage.setDefaultTimeout(TIMEOUT);
+  bobPage.on('pageerror', (e) => { throw e; });
+  await bobPage.goto(need('OTHER_CONSOLE_URL'));
+  await bobPage.locator('body[data-loaded="true"]').waitFor();
+  const b = question(bobPage, wid, 'approval');
+  await b.waitFor();
+  const bobClaim = b.locator('.claim .claimed');
+  await bobClaim.filter({ hasText: /^claimed by alice since/ }).waitFor();
+  out.bob_sees = await bobClaim.innerText();
+  out.bob_take_visible = await b.locator('.claim button.take').isVisible();
+
+  await a.locator('.claim button.give').click();
+  await a.locator('.claim .claimed').filter({ hasText: /^not claimed$/ }).waitFor();
+  await bobClaim.filter({ hasText: /^not claimed$/ }).waitFor(); // bob's page polls
+  out.bob_free = await bobClaim.innerText();
+  await a.locator('.claim button.take').click();
+  await a.locator('.claim .claimed').filter({ hasText: /^claimed by you/ }).waitFor();
+  await bobClaim.filter({ hasText: /^claimed by alice since/ }).waitFor();
+
+  await b.locator('textarea[name="reason"]').fill(need('REASON'));
+  await b.locator('button[data-action="approve"]').click();
+  const ok = b.locator('.result.ok');
+  const refused = b.locator('.result.error');
+  await Promise.race([ok.waitFor(), refused.waitFor()]);
+  if (await refused.count()) throw new Error('the console answered bob: ' + await refused.innerText());
+  out.bob_result = await ok.innerText();
+  await bobPage.close();
   return out;
 }
 

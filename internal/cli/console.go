@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"sort"
@@ -83,6 +84,7 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	d.register(fs)
 	var l ledgerFlags
 	l.register(fs)
+	claimFor := fs.Duration("claim-for", defaultClaimFor, fmt.Sprintf("how long a claim on a question lasts unless claimed again (at most %s; claims need the ledger)", ledger.MaxClaimFor))
 	listen := fs.String("listen", defaultConsoleAddr, "where the page is served: a loopback address only (127.0.0.1, [::1] or localhost; port 0 picks a free one)")
 	pos, err := parse(fs, args, out)
 	if err != nil {
@@ -90,6 +92,9 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 	}
 	if len(pos) > 0 {
 		return usageErr("console: takes no arguments (see starter console --help)")
+	}
+	if *claimFor <= 0 || *claimFor > ledger.MaxClaimFor {
+		return usageErr("console: --claim-for %s is out of range: give more than 0 and at most %s", *claimFor, ledger.MaxClaimFor)
 	}
 	addr, err := loopbackListen(*listen)
 	if err != nil {
@@ -128,7 +133,7 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 		_ = ln.Close()
 		return err
 	}
-	srv.ledger = store
+	srv.ledger, srv.claimFor = store, *claimFor
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
 	url := srv.origin + "/#token=" + srv.token
 	if c.json {
@@ -206,7 +211,8 @@ type console struct {
 	operator string
 	verified bool
 	may      map[string]bool // the rights the operator's key was made for
-	ledger   ledger.Store    // the audit trail, for the decided history; nil: what this console saw
+	ledger   ledger.Store    // the audit trail, for the decided history, and the claims; nil: what this console saw, no claims
+	claimFor time.Duration   // how long a claim lasts
 	timeout  time.Duration
 	link     func(string) string
 	origin   string          // http://host:port, as served
@@ -242,7 +248,7 @@ func newConsole(sc *sagaclient.Client, operator string, verified bool, may []str
 	}
 	return &console{
 		sc: sc, operator: operator, verified: verified, may: rightsOf(may), timeout: timeout, link: link,
-		origin: "http://" + addr, hosts: hosts, token: tok, seen: map[string]seenQuestion{},
+		claimFor: defaultClaimFor, origin: "http://" + addr, hosts: hosts, token: tok, seen: map[string]seenQuestion{},
 		static: http.StripPrefix("/static/", http.FileServerFS(consoleui.Static())),
 	}, nil
 }
@@ -287,6 +293,10 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.questions(w, r)
 	case r.URL.Path == "/api/decide" && r.Method == http.MethodPost:
 		c.decide(w, r)
+	case r.URL.Path == "/api/claim" && r.Method == http.MethodPost:
+		c.claimOrRelease(w, r, true)
+	case r.URL.Path == "/api/release" && r.Method == http.MethodPost:
+		c.claimOrRelease(w, r, false)
 	default:
 		consoleError(w, http.StatusNotFound, "no such page")
 	}
@@ -425,6 +435,8 @@ type consoleItem struct {
 	CardDigest string           `json:"card_digest"`
 	UI         string           `json:"ui"`
 	Decision   *consoleDecision `json:"decision,omitempty"`
+	// Claim is who works the question (a live claim), if anyone.
+	Claim *consoleClaim `json:"claim,omitempty"`
 }
 
 // consoleDecision is the decision of a decided question.
@@ -487,6 +499,13 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp.Open, resp.Total, resp.Page = find(all, f)
+	if claims, err := c.claims(ctx); err != nil {
+		problems = append(problems, "claims: "+err.Error())
+	} else if claims != nil {
+		for i, it := range resp.Open {
+			resp.Open[i].Claim = c.shownClaim(claims[it.WorkflowID+"\x00"+it.QuestionID])
+		}
+	}
 	resp.Size, resp.Pages = f.size, max(1, (resp.Total+f.size-1)/f.size)
 	resp.All, resp.Facets = len(all), facetsOf(all)
 	resp.Operator, resp.May = c.operator, c.rights()
@@ -771,6 +790,23 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request) {
 		consoleError(w, http.StatusForbidden, fmt.Sprintf("refused: question %s needs the %s right and the key of %s was made for %s only; ask an operator who holds it", q.ID, needs, c.operator, strings.Join(c.rights(), ", ")))
 		return
 	}
+	// A decision on a question another operator claims is made, and says
+	// whose claim it overrides in its note (the audit trail keeps it).
+	var held ledger.QuestionClaim
+	if claims, err := c.claims(ctx); err != nil {
+		consoleError(w, http.StatusBadGateway, "could not read the claims from the ledger: "+err.Error())
+		return
+	} else if claims != nil {
+		held = claims[req.WorkflowID+"\x00"+req.QuestionID]
+	}
+	overrides := ""
+	if n := overrideNote(held, c.operator); n != "" {
+		if len(n)+1+len(req.Reason) > workflows.MaxNoteLen {
+			consoleJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("reason is %d bytes and the note of the claim it overrides %d, the limit is %d together: shorten the reason", len(req.Reason), len(n)+1, workflows.MaxNoteLen), "field": "reason"})
+			return
+		}
+		req.Reason, overrides = n+" "+req.Reason, held.By
+	}
 	// Signed with the key, By is the key's name (sagaclient sets it);
 	// without one (the dev stack) the typed --by is sent, as approve sends
 	// it.
@@ -809,8 +845,18 @@ func (c *console) decide(w http.ResponseWriter, r *http.Request) {
 		who = res.By + " (verified against the operators file)"
 	}
 	msg := fmt.Sprintf("%s: question %s decided by %s, card %s recorded", res.Message, res.QuestionID, who, req.CardDigest)
+	if overrides != "" {
+		msg += fmt.Sprintf("; it overrode the claim of %s (recorded)", overrides)
+	}
 	if !res.Applied {
 		msg = "already applied, nothing happened twice: " + res.Message
 	}
-	consoleJSON(w, http.StatusOK, map[string]any{"applied": res.Applied, "by": res.By, "verified": res.Verified, "message": msg, "card_digest": req.CardDigest})
+	if held.By != "" {
+		// Answered: the claim has nothing left to hold (released only if
+		// it is still the one read).
+		if _, err := c.ledger.ReleaseQuestion(ctx, req.WorkflowID, req.QuestionID, held.By); err != nil {
+			slog.WarnContext(ctx, "console: claim not released after the decision; it lapses", "question", req.QuestionID, "error", err)
+		}
+	}
+	consoleJSON(w, http.StatusOK, map[string]any{"applied": res.Applied, "by": res.By, "verified": res.Verified, "message": msg, "card_digest": req.CardDigest, "overrode": overrides})
 }

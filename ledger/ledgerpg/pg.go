@@ -190,7 +190,7 @@ func Migrate(ctx context.Context, dsn string, opts ...Option) (from, to int, err
 // RuntimePrivileges are the table privileges GrantRuntime gives a worker's
 // role. The audit trail (decisions) is append-only by grant: SELECT and
 // INSERT, never UPDATE, DELETE or TRUNCATE, whatever the trigger its owner
-// could drop. Purge deletes from operations and keyless_calls only. Every table a migration
+// could drop. Purge deletes from operations, keyless_calls and question_claims only. Every table a migration
 // makes must be listed here (the tests check it).
 var RuntimePrivileges = map[string]string{
 	"operations":        "SELECT, INSERT, UPDATE, DELETE",
@@ -198,6 +198,7 @@ var RuntimePrivileges = map[string]string{
 	"decisions":         "SELECT, INSERT",
 	"ledger_migrations": "SELECT",
 	"keyless_calls":     "SELECT, INSERT, UPDATE, DELETE",
+	"question_claims":   "SELECT, INSERT, UPDATE, DELETE",
 }
 
 // GrantRuntime gives role exactly RuntimePrivileges on the ledger at dsn

@@ -181,6 +181,7 @@ func Run(t *testing.T, h Harness) {
 		{"Report", testReport},
 		{"AmountIn", testAmountIn},
 		{"KeylessCalls", testKeylessCalls},
+		{"QuestionClaims", testQuestionClaims},
 	}
 	if os.Getenv(helperEnv) != "" {
 		// A child process of TwoProcesses runs only that test.

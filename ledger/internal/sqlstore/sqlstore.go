@@ -937,6 +937,9 @@ func (s *Store) Purge(ctx context.Context, completedBefore time.Time) (int, erro
 	if err := s.purgeKeyless(ctx, completedBefore); err != nil {
 		return 0, fmt.Errorf("ledger purge keyless calls: %w", err)
 	}
+	if err := s.purgeClaims(ctx, completedBefore); err != nil {
+		return 0, fmt.Errorf("ledger purge question claims: %w", err)
+	}
 	n, err := res.RowsAffected()
 	if err != nil {
 		return 0, fmt.Errorf("ledger purge: %w", err)

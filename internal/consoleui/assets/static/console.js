@@ -104,7 +104,7 @@
     art.append(title(q));
     const when = el('p', 'when');
     when.append(el('span', 'age'), el('span', 'expiry'));
-    art.append(when, card(q), el('p', 'digest', 'card ' + q.card_digest), planLine(q));
+    art.append(when, claimRow(q), card(q), el('p', 'digest', 'card ' + q.card_digest), planLine(q));
 
     const form = el('div', 'decide');
     const rid = 'reason-' + q.question_id + '-' + shown.size;
@@ -142,6 +142,72 @@
       b.addEventListener('click', () => decide(q, b.dataset.action, reason, ext, buttons, result));
     }
     return art;
+  }
+
+  // hhmm words an instant as HH:MM UTC, as the audit trail's note does.
+  function hhmm(iso) { return new Date(iso).toISOString().slice(11, 16) + ' UTC'; }
+
+  // claimRow is who works the question, with Claim and Release: the claim
+  // is kept in the ledger, so every operator's console shows it.
+  function claimRow(q) {
+    const p = el('p', 'claim');
+    const text = el('span', 'claimed');
+    const take = el('button', 'take', 'Claim');
+    take.type = 'button';
+    take.title = 'tell the other operators you work this question (it lapses unless claimed again)';
+    const give = el('button', 'give', 'Release');
+    give.type = 'button';
+    give.title = 'give the question back';
+    const said = el('span', 'claim-result');
+    said.setAttribute('role', 'status');
+    p.append(text, ' ', take, ' ', give, ' ', said);
+    take.addEventListener('click', () => claim(q, 'claim', p));
+    give.addEventListener('click', () => claim(q, 'release', p));
+    showClaim(p, q.claim);
+    return p;
+  }
+
+  function showClaim(p, c) {
+    const text = p.querySelector('.claimed');
+    const take = p.querySelector('.take');
+    const give = p.querySelector('.give');
+    const art = p.closest('article');
+    if (!c) {
+      text.textContent = 'not claimed';
+      take.textContent = 'Claim';
+      take.hidden = false;
+      give.hidden = true;
+      p.dataset.by = '';
+    } else {
+      text.textContent = 'claimed by ' + (c.mine ? 'you (' + c.by + ')' : c.by) + ' since ' + hhmm(c.since) + ' (expires ' + hhmm(c.until) + ')' +
+        (c.mine ? '' : ': deciding anyway overrides the claim, and the audit trail records it');
+      take.textContent = 'Keep it (claim again)';
+      take.hidden = !c.mine;
+      give.hidden = !c.mine;
+      p.dataset.by = c.by;
+    }
+    if (art) art.dataset.claimedBy = p.dataset.by;
+  }
+
+  async function claim(q, what, p) {
+    const said = p.querySelector('.claim-result');
+    said.className = 'claim-result';
+    said.textContent = 'sending…';
+    try {
+      const resp = await fetch('/api/' + what, {
+        method: 'POST', credentials: 'same-origin', cache: 'no-store',
+        headers: { 'Content-Type': 'application/json', 'X-Agentsaga-Session': session() },
+        body: JSON.stringify({ workflow_id: q.workflow_id, question_id: q.question_id }),
+      });
+      const got = await resp.json();
+      if (resp.ok || got.claim) showClaim(p, resp.ok && what === 'release' ? null : got.claim);
+      if (!resp.ok) throw new Error(got.error || ('HTTP ' + resp.status));
+      said.className = 'claim-result ok';
+      said.textContent = got.message;
+    } catch (e) {
+      said.className = 'claim-result error';
+      said.textContent = String(e.message || e);
+    }
   }
 
   async function decide(q, action, reason, ext, buttons, result) {
@@ -240,6 +306,10 @@
       prev = art;
       art.querySelector('.age').textContent = 'open ' + q.age;
       art.querySelector('.expiry').textContent = q.expires ? ' · ' + q.expires : '';
+      // Claims live in the ledger: a console without one has none.
+      const cl = art.querySelector('.claim');
+      cl.hidden = data.decided_from !== 'ledger';
+      if (art.dataset.done !== 'true') showClaim(cl, q.claim);
     }
     for (const [k, art] of shown) {
       // A question decided here stays in place, marked done.
