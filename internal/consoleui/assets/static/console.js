@@ -160,7 +160,10 @@
     give.title = 'give the question back';
     const said = el('span', 'claim-result');
     said.setAttribute('role', 'status');
-    p.append(text, ' ', take, ' ', give, ' ', said);
+    // Only a question this operator may decide offers Claim and Release:
+    // buttons appear only for rights the key holds.
+    if (q.may_decide) p.append(text, ' ', take, ' ', give, ' ', said);
+    else p.append(text);
     take.addEventListener('click', () => claim(q, 'claim', p));
     give.addEventListener('click', () => claim(q, 'release', p));
     showClaim(p, q.claim);
@@ -174,16 +177,20 @@
     const art = p.closest('article');
     if (!c) {
       text.textContent = 'not claimed';
-      take.textContent = 'Claim';
-      take.hidden = false;
-      give.hidden = true;
+      if (take) {
+        take.textContent = 'Claim';
+        take.hidden = false;
+        give.hidden = true;
+      }
       p.dataset.by = '';
     } else {
       text.textContent = 'claimed by ' + (c.mine ? 'you (' + c.by + ')' : c.by) + ' since ' + hhmm(c.since) + ' (expires ' + hhmm(c.until) + ')' +
         (c.mine ? '' : ': deciding anyway overrides the claim, and the audit trail records it');
-      take.textContent = 'Keep it (claim again)';
-      take.hidden = !c.mine;
-      give.hidden = !c.mine;
+      if (take) {
+        take.textContent = 'Keep it (claim again)';
+        take.hidden = !c.mine;
+        give.hidden = !c.mine;
+      }
       p.dataset.by = c.by;
     }
     if (art) art.dataset.claimedBy = p.dataset.by;
