@@ -693,13 +693,23 @@ func (r *runner) early(ctx context.Context, ps *PlanSpec, runID string) {
 		if err != nil {
 			return
 		}
-		_, err = r.plans.Approve(ctx, ps.Plan.WorkflowID(), workflows.ApproveSignal{
+		sig := workflows.ApproveSignal{
 			Step: n, QuestionID: fmt.Sprintf("q1-step%d-approval", n), RunID: runID, Fingerprint: fp, By: "chaos-early", Approved: true, Reason: "sent before the question opened",
-		})
+		}
+		_, err = r.plans.Approve(ctx, ps.Plan.WorkflowID(), sig)
 		var rej *sagaclient.RejectedError
 		switch {
 		case err == nil:
 			r.count("early_applied")
+			if ps.Duplicate {
+				// The early decision answered the question, so no
+				// operator will see it: the plan's duplicated decision
+				// is this one, sent again (answered "already applied";
+				// nothing happens twice, which the checks verify).
+				if _, derr := r.plans.Approve(ctx, ps.Plan.WorkflowID(), sig); derr == nil || errors.As(derr, &rej) || errors.Is(derr, sagaclient.ErrNoOpenQuestion) {
+					r.count("duplicate")
+				}
+			}
 		case errors.As(err, &rej), errors.Is(err, sagaclient.ErrNoOpenQuestion):
 			r.count("early_refused")
 		default:
