@@ -22,6 +22,7 @@ import (
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/sagaworker"
+	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -344,26 +345,14 @@ func startEvidenceStack(ctx context.Context, t *testing.T, name, settle, lag str
 	s.addr = ln.Addr().String()
 	s.serve(ln)
 	t.Cleanup(s.stop)
-	cat, err := catalog.ParseWith(catalog.Options{Getenv: func(k string) (string, bool) {
+	opts := catalog.Options{Getenv: func(k string) (string, bool) {
 		if k == "SHOP_URL" {
 			return "http://" + s.addr, true
 		}
 		return "", false
-	}}, catalog.Source{Name: name + ".yaml", Data: []byte(evidenceCatalogue(settle, lag))})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cat.Close() })
-	reg, err := cat.Registry()
-	require.NoError(t, err)
-	tq := "agentsaga-it-evidence-" + name
-	st, err := devstack.Start(ctx, devstack.Options{NoWorker: true, UIPort: -1, TaskQueue: tq})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	w, err := sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: reg, Ledger: st.Ledger})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
-	s.st = st
-	s.plans = sagaclient.New(codec.DecodeMemos(st.Client, codec.New(st.Keyring)), sagaclient.Options{TaskQueue: tq, Catalog: reg})
+	}}
+	src := catalog.Source{Name: name + ".yaml", Data: []byte(evidenceCatalogue(settle, lag))}
+	s.st, s.plans, _, _ = catalogueStack(ctx, t, opts, src, "agentsaga-it-evidence-"+name)
 	return s
 }
 
@@ -562,4 +551,25 @@ func TestPersonAdoptsTheEffectTheyFound(t *testing.T) {
 	require.True(t, slices.ContainsFunc(audit, func(d ledger.DecisionRecord) bool {
 		return d.By == "ops-erin" && strings.Contains(d.Note, "adopted") && d.ExternalID == strconv.Itoa(o.ID)
 	}), "the audit trail holds who adopted what and why: %+v", audit)
+}
+
+// catalogueStack parses src with opts and runs its tools on an embedded
+// Temporal with a worker on task queue tq: the stack, a client for plans on
+// that queue and the registry. Everything stops when the test ends.
+func catalogueStack(ctx context.Context, t *testing.T, opts catalog.Options, src catalog.Source, tq string) (*devstack.Stack, *sagaclient.Client, *tool.Registry, *catalog.Catalog) {
+	t.Helper()
+	cat, err := catalog.ParseWith(opts, src)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cat.Close() })
+	reg, err := cat.Registry()
+	require.NoError(t, err)
+	st, err := devstack.Start(ctx, devstack.Options{NoWorker: true, UIPort: -1, TaskQueue: tq})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	w, err := sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: reg, Ledger: st.Ledger})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	plans := sagaclient.New(codec.DecodeMemos(st.Client, codec.New(st.Keyring)), sagaclient.Options{TaskQueue: tq, Catalog: reg})
+	return st, plans, reg, cat
 }

@@ -10,11 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/catalog"
-	"github.com/agentsaga/agentsaga/codec"
-	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/mcptool/mcptest"
-	"github.com/agentsaga/agentsaga/sagaclient"
-	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -67,23 +63,10 @@ func TestMCPUpstreamActingAfterTheTimeoutIsCalledOnce(t *testing.T) {
 	memFile := mcptest.Dir(t) + "/memory.jsonl"
 	env := map[string]string{"NODE": node, "MEM_SCRIPT": mem, "AGENTSAGA_MEMORY_FILE": memFile}
 	var hold mcptest.Holder
-	cat, err := catalog.ParseWith(catalog.Options{
+	_, plans, _, _ := catalogueStack(ctx, t, catalog.Options{
 		Getenv:  func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 		MCPWrap: func(_ string, c mcp.Connection) mcp.Connection { return hold.Wrap(c) },
-	}, catalog.Source{Name: "horizon.yaml", Data: []byte(horizonCatalogue)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cat.Close() })
-	reg, err := cat.Registry()
-	require.NoError(t, err)
-	tq := "agentsaga-it-mcp-horizon"
-	st, err := devstack.Start(ctx, devstack.Options{NoWorker: true, UIPort: -1, TaskQueue: tq})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	w, err := sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: reg, Ledger: st.Ledger})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
-	plans := sagaclient.New(codec.DecodeMemos(st.Client, codec.New(st.Keyring)), sagaclient.Options{TaskQueue: tq, Catalog: reg})
+	}, catalog.Source{Name: "horizon.yaml", Data: []byte(horizonCatalogue)}, "agentsaga-it-mcp-horizon")
 
 	hold.Hold("create_entities", "open_nodes")
 	p := newPlan("it-mcp-horizon", step(t, "note_fact", map[string]any{"name": "order-77", "fact": "refunded once"}))

@@ -13,14 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/catalog"
-	"github.com/agentsaga/agentsaga/codec"
 	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/mcpgw"
 	"github.com/agentsaga/agentsaga/mcptool/mcptest"
 	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/sagaclient"
-	"github.com/agentsaga/agentsaga/sagaworker"
 	"github.com/agentsaga/agentsaga/tool"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -127,7 +125,7 @@ type proxyStack struct {
 func startProxyStack(ctx context.Context, t *testing.T, server string, drop *mcptest.Dropper) proxyStack {
 	t.Helper()
 	src, env, dir := mcptest.Example(t)
-	cat, err := catalog.ParseWith(catalog.Options{
+	st, plans, reg, cat := catalogueStack(ctx, t, catalog.Options{
 		Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 		MCPWrap: func(name string, c mcp.Connection) mcp.Connection {
 			if name == server {
@@ -135,20 +133,7 @@ func startProxyStack(ctx context.Context, t *testing.T, server string, drop *mcp
 			}
 			return c
 		},
-	}, catalog.Source{Name: "mcp-filesystem.yaml", Data: src})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cat.Close() })
-	reg, err := cat.Registry()
-	require.NoError(t, err)
-	tq := "agentsaga-it-mcp-proxy-" + server
-	st, err := devstack.Start(ctx, devstack.Options{NoWorker: true, UIPort: -1, TaskQueue: tq})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	w, err := sagaworker.New(st.Client, sagaworker.Options{TaskQueue: tq, Tools: reg, Ledger: st.Ledger})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
-	plans := sagaclient.New(codec.DecodeMemos(st.Client, codec.New(st.Keyring)), sagaclient.Options{TaskQueue: tq, Catalog: reg})
+	}, catalog.Source{Name: "mcp-filesystem.yaml", Data: src}, "agentsaga-it-mcp-proxy-"+server)
 	return proxyStack{plans: plans, reg: reg, st: st, dir: dir, mem: env["AGENTSAGA_MEMORY_FILE"], cat: cat}
 }
 
