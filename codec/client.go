@@ -11,7 +11,8 @@ import (
 )
 
 // DecodeMemos returns c with one difference: the memo fields in
-// DescribeWorkflowExecution's answer are decoded with codec. The SDK
+// DescribeWorkflowExecution's and ListWorkflow's answers are decoded with
+// codec. The SDK
 // encodes memos with the client's data converter, so with a codec they are
 // encrypted, and code that reads a described memo with the default data
 // converter (sagaclient reads the plan fingerprint so) needs them decoded.
@@ -33,16 +34,39 @@ func (m memoClient) DescribeWorkflowExecution(ctx context.Context, workflowID, r
 	if err != nil || resp == nil {
 		return resp, err
 	}
-	fields := resp.GetWorkflowExecutionInfo().GetMemo().GetFields()
-	for name, p := range fields {
+	if err := m.decode(workflowID, resp.GetWorkflowExecutionInfo().GetMemo()); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// ListWorkflow lists executions with their memos decoded. A memo that
+// cannot be decoded (another keyring's) is dropped from its execution,
+// never fails the list: its reader falls back to what it reads without it.
+func (m memoClient) ListWorkflow(ctx context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	resp, err := m.Client.ListWorkflow(ctx, req)
+	if err != nil || resp == nil {
+		return resp, err
+	}
+	for _, e := range resp.GetExecutions() {
+		if memo := e.GetMemo(); m.decode(e.GetExecution().GetWorkflowId(), memo) != nil {
+			memo.Fields = nil
+		}
+	}
+	return resp, nil
+}
+
+// decode decodes memo's fields in place.
+func (m memoClient) decode(workflowID string, memo *commonpb.Memo) error {
+	for name, p := range memo.GetFields() {
 		if p == nil {
 			continue
 		}
 		d, err := m.codec.Decode([]*commonpb.Payload{p})
 		if err != nil {
-			return nil, fmt.Errorf("decode memo %q of %s: %w", name, workflowID, err)
+			return fmt.Errorf("decode memo %q of %s: %w", name, workflowID, err)
 		}
-		fields[name] = d[0]
+		memo.Fields[name] = d[0]
 	}
-	return resp, nil
+	return nil
 }

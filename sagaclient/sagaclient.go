@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -548,8 +549,13 @@ type Escalation struct {
 	OpenSince time.Time `json:"open_since"`
 	// Questions are the open questions, oldest first, each with its card.
 	Questions []workflows.Question `json:"questions"`
-	// Steps are the steps that wait.
+	// Steps are the steps that wait. For a plan that publishes its
+	// questions (workflows.MemoOpenQuestions) each holds the step's
+	// number, key, tool, what it waits for and, as its last error, the
+	// question's rule; from a status, the whole step.
 	Steps []workflows.StepStatus `json:"waiting_steps"`
+	// SignedDecisions: the plan's worker accepts only signed decisions.
+	SignedDecisions bool `json:"signed_decisions,omitempty"`
 	// StatusError says why the status could not be read (no worker, for
 	// example); the plan is listed anyway.
 	StatusError string `json:"status_error,omitempty"`
@@ -557,22 +563,28 @@ type Escalation struct {
 
 // Escalations lists running plans that wait for a person, found through the
 // search attribute AgentSagaNeedsHuman, with their open questions, sorted by
-// the age of their oldest open question, oldest first.
+// the age of their oldest open question, oldest first. It is one visibility
+// query (in pages): each plan's questions come from its memo
+// (workflows.MemoOpenQuestions); only a plan started before plans
+// published them there is asked for its status.
 func (c *Client) Escalations(ctx context.Context) ([]Escalation, error) {
 	q := fmt.Sprintf("%s = true AND ExecutionStatus = 'Running'", workflows.SearchAttrNeedsHuman)
 	out := []Escalation{}
 	var token []byte
 	for {
-		resp, err := c.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token})
+		resp, err := c.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: escalationsPage})
 		if err != nil {
 			return nil, fmt.Errorf("list plans waiting for a human: %w", err)
 		}
 		for _, e := range resp.GetExecutions() {
 			id := e.GetExecution().GetWorkflowId()
 			since := e.GetStartTime().AsTime()
+			if esc, ok := published(id, since, e.GetMemo().GetFields()[workflows.MemoOpenQuestions]); ok {
+				out = append(out, esc)
+				continue
+			}
 			s, err := c.Status(ctx, id)
-			esc := escalation(id, since, s, err)
-			out = append(out, esc)
+			out = append(out, escalation(id, since, s, err))
 		}
 		token = resp.GetNextPageToken()
 		if len(token) == 0 {
@@ -582,13 +594,36 @@ func (c *Client) Escalations(ctx context.Context) ([]Escalation, error) {
 	}
 }
 
+// escalationsPage is the page size Escalations asks visibility for.
+const escalationsPage = 1000
+
+// published reads the escalation of plan id from its MemoOpenQuestions
+// memo p (decoded: see codec.DecodeMemos); false when it has none, or one
+// this client cannot read, so the caller asks for the status instead.
+func published(id string, since time.Time, p *commonpb.Payload) (Escalation, bool) {
+	var memo workflows.OpenQuestions
+	if p == nil || converter.GetDefaultDataConverter().FromPayload(p, &memo) != nil {
+		return Escalation{}, false
+	}
+	s := workflows.Status{State: memo.State, SignedDecisions: memo.SignedDecisions, Questions: make([]workflows.Question, 0, len(memo.Questions))}
+	for _, q := range memo.Questions {
+		s.Questions = append(s.Questions, q.Question)
+		waiting := "resolve"
+		if q.Kind == workflows.QuestionApproval {
+			waiting = "approval"
+		}
+		s.Steps = append(s.Steps, workflows.StepStatus{Step: q.Step, Key: q.Key, Tool: q.Tool, Waiting: waiting, LastError: q.Card.Rule})
+	}
+	return escalation(id, since, s, nil), true
+}
+
 func escalation(id string, since time.Time, s workflows.Status, err error) Escalation {
 	esc := Escalation{WorkflowID: id, Since: since, OpenSince: since, Questions: []workflows.Question{}}
 	if err != nil {
 		esc.StatusError = err.Error()
 		return esc
 	}
-	esc.State = s.State
+	esc.State, esc.SignedDecisions = s.State, s.SignedDecisions
 	for _, st := range s.Steps {
 		if st.Waiting != "" {
 			esc.Steps = append(esc.Steps, st)

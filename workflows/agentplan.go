@@ -395,6 +395,9 @@ type run struct {
 	upsertOnChange bool
 	// shown is what the search attributes hold (nil: not read yet).
 	shown *shown
+	// published is the state and open question ids last published in
+	// the memo ("" when none is open; see publishQuestions).
+	published string
 	// notifying counts notifications in flight (see announce).
 	notifying int
 	// notifySettings are the worker's notification settings, read once
@@ -461,6 +464,7 @@ func (r *run) refresh(ctx workflow.Context) {
 	}
 	r.st.State = s
 	r.showAttributes(ctx, s)
+	r.publishQuestions(ctx)
 	r.details(ctx)
 }
 

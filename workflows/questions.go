@@ -122,6 +122,9 @@ const (
 	// an AgentNotify child workflow, at least once until the webhook
 	// answers 2xx, and "aged" no longer waits on "opened".
 	versionNotifyDelivery = "notify-delivery"
+	// versionQuestionsMemo: a plan publishes its open questions in its
+	// memo (MemoOpenQuestions) each time they change.
+	versionQuestionsMemo = "questions-memo"
 )
 
 // withdrawnPrefix starts the error of a step whose approval was withdrawn.

@@ -159,8 +159,8 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 }
 
 // refuseUnsigned refuses a --by console (no key) when the workers require
-// signed decisions, read from a waiting plan's status (the status query
-// says so); with no plan waiting nothing is known yet, and the first
+// signed decisions, as a waiting plan says (its published questions or its
+// status); with no plan waiting nothing is known yet, and the first
 // decision is refused by the worker instead.
 func refuseUnsigned(ctx context.Context, sc *sagaclient.Client) error {
 	lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -170,11 +170,10 @@ func refuseUnsigned(ctx context.Context, sc *sagaclient.Client) error {
 		return nil // the page says what it cannot list
 	}
 	for _, e := range list {
-		st, err := sc.Status(lctx, e.WorkflowID)
-		if err == nil && st.SignedDecisions {
+		if e.SignedDecisions {
 			return usageErr("console: the workers accept only signed decisions (they have an operators file): start the console with --key FILE (starter operator keygen), not --by")
 		}
-		if err == nil {
+		if e.StatusError == "" {
 			return nil
 		}
 	}
@@ -512,7 +511,7 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 	if len(problems) > 0 && resp.Error == "" {
 		resp.Error = "status unavailable for " + strings.Join(problems, "; ")
 	}
-	c.remember(all)
+	c.remember(resp.Open) // the page shown: what an operator may see decided in place
 	c.settle(ctx, open)
 	if c.ledger != nil {
 		dq, err := parseDecidedQuery(r.URL.Query(), at)
