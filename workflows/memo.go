@@ -54,7 +54,7 @@ func (r *run) publishQuestions(ctx workflow.Context) {
 	if workflow.GetVersion(ctx, versionQuestionsMemo, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
-	memo := OpenQuestions{State: r.st.State, SignedDecisions: r.st.SignedDecisions, Questions: make([]OpenQuestion, 0, len(r.st.Questions))}
+	memo := OpenQuestions{State: r.st.State, SignedDecisions: r.saga.Operators != nil, Questions: make([]OpenQuestion, 0, len(r.st.Questions))}
 	for _, q := range r.st.Questions {
 		memo.Questions = append(memo.Questions, OpenQuestion{Question: q, Tool: r.step(q.Step).Tool})
 	}
