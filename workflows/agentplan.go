@@ -707,6 +707,7 @@ func (r *run) execute(ctx workflow.Context, spec tool.Spec, req activities.Reque
 func (r *run) succeeded(n int, externalID string, result json.RawMessage) {
 	st := r.step(n)
 	st.State, st.ExternalID, st.Result, st.LastError, st.ErrorCode, st.Waiting = ledger.Succeeded, externalID, result, "", "", ""
+	delete(r.calls, st.Key) // settled: no card asks about its calls (a long session keeps only live keys' logs)
 	if r.specs[st.Tool].Compensable() {
 		r.stack = append(r.stack, n)
 	}
@@ -967,6 +968,7 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	}
 	r.count(dctx, MetricCompensations, map[string]string{"result": "succeeded"})
 	st.State, c.State, c.ExternalID, c.LastError = ledger.Compensated, ledger.Succeeded, out.ExternalID, ""
+	delete(r.calls, c.Key)
 	r.transition(dctx, st.Key, ledger.Compensated, "")
 	return true
 }
