@@ -28,6 +28,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/internal/sandbox"
 	"github.com/agentsaga/agentsaga/operators"
+	"github.com/agentsaga/agentsaga/plan"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -318,7 +319,7 @@ func TestConsoleResolvesALostEmailInTheBrowser(t *testing.T) {
 	require.Contains(t, seen.Decided, "alice (verified)")
 	require.Contains(t, seen.Decided, mailID)
 	require.Equal(t, []string{"failed", "succeeded", "retry"}, seen.Buttons, "one order for every kind: no effect first, the riskier last, none the default")
-	require.Contains(t, seen.Does, "a second effect (a second e-mail", "the card says what retry will do")
+	require.Contains(t, seen.Does, "if the first was delivered, a second send_email effect is made", "the card says what retry will do")
 
 	final, err := st.Plans.WaitRun(ctx, run)
 	require.NoError(t, err)
@@ -593,4 +594,120 @@ func TestConsoleClaimsSharedByTwoOperatorsInTheBrowser(t *testing.T) {
 	for _, c := range claims {
 		require.NotEqual(t, run.WorkflowID, c.WorkflowID, "the claim was released with the decision")
 	}
+}
+
+// cardsSeen is what the cards scenario of console.mjs saw, by kind.
+type cardsSeen struct {
+	Cards map[string]struct {
+		Lines []struct {
+			Label string `json:"label"`
+			Value string `json:"value"`
+		} `json:"lines"`
+		Buttons []string `json:"buttons"`
+		Does    []string `json:"does"`
+	} `json:"cards"`
+}
+
+// Issue 36, item 4: one question of each kind, as an operator sees it in
+// Chromium. The approval card says the request's reason and arguments; the
+// lost e-mail's outcome card says when it was sent and what came back, and
+// that retry sends a second e-mail if the first was delivered; the failed
+// reversal's card names the reversal's own change and key, the payment it
+// undoes and the provider's refusal on a line of its own. Every kind has
+// one button order (no new effect first, the riskier last) and no default.
+func TestConsoleShowsEveryKindOfCardInTheBrowser(t *testing.T) {
+	consoleBrowser(t)
+	st, keyFile := operatorStack(t)
+	ctx := testContext(t, 3*time.Minute)
+	sb := sandbox.NewClient(st.SandboxURL, nil)
+	for _, f := range []sandbox.FaultSpec{
+		{Op: "mail.send", Fault: sandbox.CommitThenDrop, Count: 1},
+		{Op: "invoices.create", Fault: sandbox.Reject, Count: 1},
+		{Op: "payments.reverse", Fault: sandbox.Reject, Count: 1},
+	} {
+		require.NoError(t, sb.Fault(ctx, f))
+	}
+	ids := map[string]string{}
+	for kind, p := range map[string]plan.Plan{
+		workflows.QuestionApproval: newPlan("it-cards-approval", step(t, "apply_refund", map[string]any{"order_id": "ord_it_cards", "amount_minor": 60000, "currency": "EUR", "reason": "arrived damaged"})),
+		workflows.QuestionOutcome:  newPlan("it-cards-outcome", step(t, "send_email", map[string]any{"to": "dora@example.com", "subject": "Your refund of 12.00 EUR", "body": "It is on its way."})),
+		workflows.QuestionReversal: newPlan("it-cards-reversal",
+			step(t, "create_payment", map[string]any{"customer_id": "cus_ana", "amount_minor": 1200, "currency": "EUR", "payment_method": "tok_visa", "description": "order ord_it_cards"}),
+			step(t, "create_invoice", map[string]any{"customer_id": "cus_ana", "amount_minor": 1200, "currency": "EUR"})),
+	} {
+		run, err := st.Plans.Start(ctx, p)
+		require.NoError(t, err)
+		ids[kind] = run.WorkflowID
+	}
+	waitStatus(ctx, t, st, ids[workflows.QuestionApproval], questionOn(1, workflows.QuestionApproval))
+	waitStatus(ctx, t, st, ids[workflows.QuestionOutcome], questionOn(1, workflows.QuestionOutcome))
+	reversal := waitStatus(ctx, t, st, ids[workflows.QuestionReversal], questionOn(1, workflows.QuestionReversal))
+	t.Cleanup(func() {
+		// Answered, so the shared stack has no question of this test left.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn := []string{"--key", keyFile, "--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace()}
+		for _, args := range [][]string{
+			{"approve", ids[workflows.QuestionApproval], "--step", "1", "--reject", "--reason", "test over"},
+			{"resolve", ids[workflows.QuestionOutcome], "--step", "1", "--outcome", "failed", "--note", "test over"},
+			{"resolve", ids[workflows.QuestionReversal], "--step", "1", "--outcome", "failed", "--note", "test over"},
+		} {
+			var out bytes.Buffer
+			require.NoError(t, cli.Run(ctx, append(args, conn...), nil, &out, cli.Config{}), out.String())
+		}
+	})
+
+	cards, _ := json.Marshal(ids)
+	var seen cardsSeen
+	runBrowserInto(ctx, t, &seen, "CONSOLE_URL="+startConsole(t, st, keyFile), "SCENARIO=cards", "CARDS="+string(cards))
+	for kind, c := range seen.Cards {
+		for _, l := range c.Lines {
+			t.Logf("%s card: %s: %s", kind, l.Label, l.Value)
+		}
+		t.Logf("%s buttons %v; %s", kind, c.Buttons, strings.Join(c.Does, " | "))
+	}
+	line := func(kind, label string) []string {
+		var out []string
+		for _, l := range seen.Cards[kind].Lines {
+			if l.Label == label {
+				out = append(out, l.Value)
+			}
+		}
+		return out
+	}
+	does := func(kind, prefix string) string {
+		for _, d := range seen.Cards[kind].Does {
+			if strings.HasPrefix(d, prefix) {
+				return d
+			}
+		}
+		return ""
+	}
+
+	a := workflows.QuestionApproval
+	require.Equal(t, []string{"arrived damaged"}, line(a, "reason"), "the request's reason")
+	require.Contains(t, line(a, "argument"), "amount_minor: 600.00 EUR")
+	require.Equal(t, []string{"reject", "approve"}, seen.Cards[a].Buttons)
+	require.Contains(t, does(a, "Approve"), "runs apply_refund once")
+
+	o := workflows.QuestionOutcome
+	require.Contains(t, line(o, "argument"), "subject: Your refund of 12.00 EUR")
+	calls := line(o, "call")
+	require.Len(t, calls, 1, "when it was sent and what came back")
+	require.Regexp(t, `^\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ, \d+ attempts?: `, calls[0])
+	require.Equal(t, []string{"failed", "succeeded", "retry"}, seen.Cards[o].Buttons, "one order, none the default")
+	require.Contains(t, does(o, "Call again"), "if the first was delivered, a second send_email effect is made")
+	require.Contains(t, does(o, "It happened"), "on your word")
+
+	r := workflows.QuestionReversal
+	comp := reversal.Steps[0].Compensation
+	require.Equal(t, []string{"failed", "succeeded", "retry"}, seen.Cards[r].Buttons, "the same order as an outcome, none the default")
+	require.True(t, strings.HasPrefix(line(r, "change")[0], comp.Tool+":"), "the reversal's own change: %v", line(r, "change"))
+	require.Equal(t, []string{"create_payment effect " + reversal.Steps[0].ExternalID + " under key " + reversal.Steps[0].Key}, line(r, "reverses"))
+	require.Equal(t, []string{comp.Key}, line(r, "reversal key"))
+	answered := line(r, "provider answered")
+	require.Len(t, answered, 1, "the provider's refusal, on a line of its own")
+	require.NotEmpty(t, answered[0])
+	require.NotContains(t, line(r, "rule")[0], answered[0], "and not buried in the rule")
+	require.Contains(t, does(r, "Call again"), "new reversal request goes out under key "+comp.Key+":2")
 }

@@ -387,6 +387,9 @@ type run struct {
 	lastErr    map[int]string   // the error type that ended each failed step
 	revErr     map[int]string   // the error type that ended each step's latest reversal
 	revRound   map[int]int      // the reversal round of each step (1: {key}:compensate)
+	// calls is what the calls and lookups of each operation key got
+	// back, for the cards (state only: no command).
+	calls map[string]*callLog
 	// earlier is set when a step was found compensated by an earlier run
 	// of the plan (compensatedBefore): the plan ends compensated.
 	earlier bool
@@ -411,7 +414,7 @@ func newRunState(s *Saga, specs tool.Specs, p plan.Plan) *run {
 	return &run{
 		saga: s, specs: specs, plan: p,
 		closed: map[string]Decision{}, lastClosed: map[int]Decision{}, qs: map[int]*question{}, lastErr: map[int]string{},
-		revErr: map[int]string{}, revRound: map[int]int{},
+		revErr: map[int]string{}, revRound: map[int]int{}, calls: map[string]*callLog{},
 	}
 }
 
@@ -691,7 +694,9 @@ func (r *run) execute(ctx workflow.Context, spec tool.Spec, req activities.Reque
 	}
 	actx := workflow.WithActivityOptions(ctx, ActivityOptions(spec, req.Key, req.Summary))
 	var out activities.Output
+	at := workflow.Now(ctx)
 	err := workflow.ExecuteActivity(actx, activities.ExecuteToolName, req).Get(ctx, &out)
+	before := *attempts
 	if err == nil {
 		*attempts += int(out.Attempt)
 	} else if a := activities.DetailOf(err).Attempt; a > 0 {
@@ -699,12 +704,14 @@ func (r *run) execute(ctx workflow.Context, spec tool.Spec, req activities.Reque
 	} else {
 		*attempts++
 	}
+	r.logCall(req.Key, at, spec, *attempts-before, out, err)
 	return out, err
 }
 
 func (r *run) succeeded(n int, externalID string, result json.RawMessage) {
 	st := r.step(n)
 	st.State, st.ExternalID, st.Result, st.LastError, st.ErrorCode, st.Waiting = ledger.Succeeded, externalID, result, "", "", ""
+	delete(r.calls, st.Key) // settled: no card asks about its calls (a long session keeps only live keys' logs)
 	if r.specs[st.Tool].Compensable() {
 		r.stack = append(r.stack, n)
 	}
@@ -827,6 +834,7 @@ func (r *run) reconcile(ctx workflow.Context, req activities.Request, i int) (to
 	opts.RetryPolicy = &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumAttempts: 3}
 	var look tool.Lookup
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activities.ReconcileToolName, req).Get(ctx, &look)
+	r.logLookup(req.Key, workflow.Now(ctx), look, err)
 	return look, err
 }
 
@@ -964,6 +972,7 @@ func (r *run) compensateStep(dctx workflow.Context, n int) bool {
 	}
 	r.count(dctx, MetricCompensations, map[string]string{"result": "succeeded"})
 	st.State, c.State, c.ExternalID, c.LastError = ledger.Compensated, ledger.Succeeded, out.ExternalID, ""
+	delete(r.calls, c.Key)
 	r.transition(dctx, st.Key, ledger.Compensated, "")
 	return true
 }
@@ -1051,11 +1060,12 @@ func (r *run) reversalRequest(n int) activities.Request {
 func (r *run) escalateCompensation(dctx workflow.Context, n int) {
 	st := r.step(n)
 	for st.State == ledger.CompensationFailed {
-		rule := fmt.Sprintf("the reversal %s of %s failed: %s", st.Compensation.Key, st.Key, st.Compensation.LastError)
+		// What the provider answered, the effect reversed and what each
+		// answer does are lines of the card of their own (card, does).
+		rule := fmt.Sprintf("the reversal %s of %s failed: the effect stays until a person answers", st.Compensation.Key, st.Key)
 		rejected := r.revErr[n] == activities.ErrRejected
 		if rejected {
-			rule = fmt.Sprintf("the provider rejected the reversal %s of %s: %s. A retry first asks the provider about %s, then sends a new reversal request under key %s (the provider would answer the same key with the same rejection)",
-				st.Compensation.Key, st.Key, st.Compensation.LastError, st.Compensation.Key, tool.ReversalRetryKey(st.Key, r.round(n)+1))
+			rule = fmt.Sprintf("the provider rejected the reversal %s of %s for good: the effect stays until a person answers", st.Compensation.Key, st.Key)
 		}
 		d := r.askResolve(dctx, n, QuestionReversal, rule, []string{string(OutcomeSucceeded), string(OutcomeRetry), string(OutcomeFailed)})
 		switch d.Outcome {

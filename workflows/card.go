@@ -1,10 +1,17 @@
 package workflows
 
 import (
+	"cmp"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
+	"time"
+	"unicode"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
@@ -14,10 +21,11 @@ import (
 	"github.com/agentsaga/agentsaga/tool"
 )
 
-// card builds the approval card of a question on step n: what changes, where,
-// on which object, how much, who asked, which rule, and what already ran on
-// the same object.
-func (r *run) card(n int, rule string, rep activities.GuardReport) Card {
+// card builds the card of a question of kind on step n: what changes, where,
+// on which object, how much, why and with which arguments, who asked, which
+// rule, what the calls of the key got back, what already ran on the same
+// object, and what each of answers does.
+func (r *run) card(n int, kind, rule string, answers []string, rep activities.GuardReport) Card {
 	st := r.step(n)
 	spec := r.specs[st.Tool]
 	args, _ := tool.DecodeObject(r.plan.Steps[n-1].Args)
@@ -25,10 +33,27 @@ func (r *run) card(n int, rule string, rep activities.GuardReport) Card {
 		Change: strings.TrimSpace(spec.Name + ": " + spec.Description), System: spec.System,
 		Object: objectOf(spec, args), RequestID: r.plan.RequestID, RequestedBy: r.plan.RequestedBy,
 		Session: r.plan.SessionID, Rule: rule, Clash: rep.Clash, Key: st.Key,
+		Reason: reasonOf(args, r.plan.Steps[n-1].Hold), Arguments: argumentsOf(spec, args),
 	}
 	if minor, cur := amountOf(spec, args); minor != 0 || cur != "" {
 		c.AmountMinor, c.Currency, c.Amount = minor, cur, formatMinor(minor, cur)
 	}
+	calls := st.Key
+	if kind == QuestionReversal && st.Compensation != nil {
+		// The reversal's own change, key and answer; the effect it
+		// undoes on a line of its own.
+		comp := st.Compensation
+		cspec := r.specs[comp.Tool]
+		c.Change, c.System = strings.TrimSpace(cspec.Name+": "+cspec.Description), cmp.Or(cspec.System, spec.System)
+		c.Reverses = fmt.Sprintf("%s effect %s under key %s", st.Tool, cmp.Or(st.ExternalID, "(no external id)"), st.Key)
+		c.ReversalKey = comp.Key
+		c.ProviderAnswered = clip(redact.String(oneLine(comp.LastError)), MaxCardLineLen)
+		calls = comp.Key
+	}
+	if kind != QuestionApproval {
+		c.Calls, c.Lookup = r.callLines(calls)
+	}
+	c.Does = r.does(n, kind, answers, rep.Clash != "")
 	listed := map[string]bool{}
 	for _, op := range rep.Others {
 		c.AlreadyRan = append(c.AlreadyRan, alreadyRan(c.Object, op))
@@ -36,6 +61,80 @@ func (r *run) card(n int, rule string, rep activities.GuardReport) Card {
 	}
 	c.AlreadyRan = append(c.AlreadyRan, r.identical(n, listed)...)
 	return redactCard(c)
+}
+
+// reasonFields are the arguments that say why a call is made, in the order
+// a card prefers them.
+var reasonFields = []string{"reason", "description", "note", "purpose"}
+
+// reasonOf is why a call is made: its first reason argument, else the
+// step's hold text, clipped to MaxCardValueLen.
+func reasonOf(args map[string]any, hold string) string {
+	for _, f := range reasonFields {
+		if v, ok := args[f].(string); ok && strings.TrimSpace(v) != "" {
+			return clip(redact.String(oneLine(v)), MaxCardValueLen)
+		}
+	}
+	return clip(redact.String(oneLine(hold)), MaxCardValueLen)
+}
+
+// argumentsOf renders the arguments of a call as "name: value": the spec's
+// fields in their order, then any other argument by name; money formatted
+// with its currency; each value on one line, clipped to MaxCardValueLen (a
+// card masks them all with redact.String); at most MaxCardArguments, the
+// rest counted.
+func argumentsOf(spec tool.Spec, args map[string]any) []string {
+	var names []string
+	known := map[string]bool{}
+	for _, f := range spec.Args.Fields {
+		known[f.Name] = true
+		if _, ok := args[f.Name]; ok {
+			names = append(names, f.Name)
+		}
+	}
+	var other []string
+	// Collected, then sorted.
+	//workflowcheck:ignore
+	for k := range args {
+		if !known[k] {
+			other = append(other, k)
+		}
+	}
+	sort.Strings(other)
+	names = append(names, other...)
+	_, cur := amountOf(spec, args)
+	var out []string
+	for i, name := range names {
+		if i == MaxCardArguments {
+			out = append(out, fmt.Sprintf("(%d more arguments not shown)", len(names)-i))
+			break
+		}
+		v := args[name]
+		var text string
+		if f, ok := spec.Args.Field(name); ok && f.Type == tool.Money {
+			if minor, ok := tool.IntOf(args, name); ok {
+				text = formatMinor(minor, cur)
+			}
+		}
+		if text == "" {
+			if sv, ok := v.(string); ok {
+				text = sv
+			} else {
+				b, _ := json.Marshal(v)
+				text = string(b)
+			}
+		}
+		// Masked first, then clipped: a clip never cuts a secret into a
+		// part the masking would not recognise.
+		out = append(out, clip(redact.String(name+": "+oneLine(text)), len(name)+2+MaxCardValueLen))
+	}
+	return out
+}
+
+// oneLine puts text on one line: control characters (line feeds, tabs)
+// become spaces, runs of spaces one.
+func oneLine(text string) string {
+	return strings.Join(strings.FieldsFunc(text, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }), " ")
 }
 
 // maxIdentical bounds the identical calls a card lists.
@@ -75,12 +174,19 @@ func alreadyRan(object string, op ledger.Operation) string {
 	return fmt.Sprintf("%s: %s by %s (%s, %s)", object, what, op.Key, op.Status, op.CreatedAt.Format("2006-01-02 15:04Z07:00"))
 }
 
-// redactCard masks anything secret-shaped a card could carry from args.
+// redactCard masks anything secret-shaped a card could carry from args or
+// a provider's answer.
 func redactCard(c Card) Card {
 	c.Object, c.RequestID, c.RequestedBy = redact.String(c.Object), redact.String(c.RequestID), redact.String(c.RequestedBy)
 	c.Rule, c.Clash = redact.String(c.Rule), redact.String(c.Clash)
-	for i, s := range c.AlreadyRan {
-		c.AlreadyRan[i] = redact.String(s)
+	c.Reason, c.Reverses, c.ProviderAnswered, c.Lookup = redact.String(c.Reason), redact.String(c.Reverses), redact.String(c.ProviderAnswered), redact.String(c.Lookup)
+	for _, list := range [][]string{c.AlreadyRan, c.Arguments, c.Calls} {
+		for i, s := range list {
+			list[i] = redact.String(s)
+		}
+	}
+	for i := range c.Does {
+		c.Does[i].Does = redact.String(c.Does[i].Does)
 	}
 	return c
 }
@@ -279,4 +385,184 @@ func howToDecide(id string, q Question) string {
 		return cmd + ")"
 	}
 	return fmt.Sprintf(base, "resolve") + " --outcome succeeded|failed|retry` (succeeded takes `--external-id`; the effect MAY HAVE HAPPENED: check the provider first)"
+}
+
+// callLog is what the calls and lookups of one operation key got back, for
+// the cards of its questions (workflow state only: recording it issues no
+// command).
+type callLog struct {
+	lines   []string // the latest MaxCardCalls
+	dropped int      // earlier lines no longer kept
+	lookup  string   // the latest lookup's answer
+	lookups int      // lookups so far
+}
+
+// callLogOf returns the call log of key.
+func (r *run) callLogOf(key string) *callLog {
+	l := r.calls[key]
+	if l == nil {
+		l = &callLog{}
+		r.calls[key] = l
+	}
+	return l
+}
+
+// cardTime is how a card words an instant: UTC, to the second.
+func cardTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+
+// logCall records one call of req (the ExecuteTool activity, with its own
+// retries as attempts) made at at, the workflow's clock when it was
+// scheduled, and what came back.
+func (r *run) logCall(key string, at time.Time, spec tool.Spec, attempts int, out activities.Output, err error) {
+	var what string
+	var te *temporal.TimeoutError
+	switch {
+	case err == nil && out.Replayed:
+		what = "nothing sent: the ledger already held its success"
+	case err == nil && out.Reconciled:
+		what = "nothing sent: the provider already held it under the key"
+	case err == nil:
+		what = "done"
+	case errors.As(err, &te):
+		what = fmt.Sprintf("no answer within %s (timeout): the request may have reached the provider", spec.Timeout)
+	default:
+		what = errText(err)
+		if code := activities.DetailOf(err).Code; code != "" && !strings.Contains(what, code) {
+			what += " (" + code + ")"
+		}
+	}
+	if err == nil && out.ExternalID != "" {
+		what += ", external id " + out.ExternalID
+	}
+	word := "attempts"
+	if attempts == 1 {
+		word = "attempt"
+	}
+	line := clip(redact.String(oneLine(fmt.Sprintf("%s, %d %s: %s", cardTime(at), attempts, word, what))), MaxCardLineLen)
+	l := r.callLogOf(key)
+	l.lines = append(l.lines, line)
+	if len(l.lines) > MaxCardCalls {
+		l.dropped += len(l.lines) - MaxCardCalls
+		l.lines = append([]string(nil), l.lines[len(l.lines)-MaxCardCalls:]...)
+	}
+}
+
+// logLookup records the provider's answer to a lookup of key at at.
+func (r *run) logLookup(key string, at time.Time, look tool.Lookup, err error) {
+	var what string
+	switch {
+	case err != nil:
+		what = "the provider could not be asked: " + errText(err)
+	case look.Status == tool.Found:
+		what = "found under the key, external id " + look.Result.ExternalID
+	case look.Status == tool.Mismatch:
+		what = fmt.Sprintf("an effect made with other arguments is under the key (%s)", look.Result.ExternalID)
+	case look.Status == tool.Absent && look.Authoritative && !look.NotBefore.IsZero():
+		what = "absent (the provider's word), but the last request may still land until " + cardTime(look.NotBefore)
+	case look.Status == tool.Absent && look.Authoritative:
+		what = "absent (the provider's word)"
+	case look.Status == tool.Absent:
+		what = "absent from a lookup that may lag (not the provider's word)"
+	default:
+		what = "the provider could not say"
+	}
+	l := r.callLogOf(key)
+	l.lookups++
+	l.lookup = clip(redact.String(oneLine(fmt.Sprintf("%s (lookup %d): %s", cardTime(at), l.lookups, what))), MaxCardLineLen)
+}
+
+// callLines are the card lines of key's calls (the earlier ones counted in
+// a first line) and its latest lookup.
+func (r *run) callLines(key string) ([]string, string) {
+	l := r.calls[key]
+	if l == nil {
+		return nil, ""
+	}
+	var out []string
+	if l.dropped > 0 {
+		out = append(out, fmt.Sprintf("(%d earlier calls not shown)", l.dropped))
+	}
+	return append(out, l.lines...), l.lookup
+}
+
+// answerOrder is the one order of answers on every card and in the
+// console: the answer that makes no new effect first, the one that may
+// make a second effect last.
+var answerOrder = []string{"reject", "approve", string(OutcomeFailed), string(OutcomeSucceeded), string(OutcomeRetry)}
+
+// failTail says what a step that fails for good leads to.
+const failTail = "the plan stops and reverses its steps that succeeded (in a session, the turn's own, unless the session keeps failed turns)"
+
+// does says what each of answers to a question of kind on step n does, as
+// the workflow carries it out (askApproval, settle, reconcileFailed,
+// checkSucceeded, retryStatus, escalateCompensation,
+// retryRejectedReversal), in answerOrder.
+func (r *run) does(n int, kind string, answers []string, clash bool) []AnswerDoes {
+	st := r.step(n)
+	spec := r.specs[st.Tool]
+	name := st.Tool
+	reversed := ""
+	if spec.Compensable() {
+		reversed = fmt.Sprintf(" (if the plan then fails, it is reversed by %s)", spec.Compensator)
+	}
+	m := map[string]string{}
+	switch kind {
+	case QuestionApproval:
+		m["reject"] = fmt.Sprintf("%s is not run; %s", name, failTail)
+		m["approve"] = fmt.Sprintf("runs %s once, under key %s with the arguments on this card (a single-use permit)", name, st.Key)
+		if clash {
+			m["approve"] += "; it must be sent with override, past the clash shown"
+		}
+	case QuestionOutcome:
+		mismatch := !contains(answers, string(OutcomeRetry))
+		switch {
+		case mismatch:
+			m[string(OutcomeSucceeded)] = "adopts the effect found under the key as this step's: give its external id and say why in the reason; nothing is sent" + reversed
+			m[string(OutcomeFailed)] = fmt.Sprintf("records that this step made no effect; the effect found under the key is left alone (never reversed); nothing is sent; %s", failTail)
+		case spec.NoLookup:
+			m[string(OutcomeSucceeded)] = "records it as done on your word, with the external id you give (the tool cannot look itself up); nothing is sent" + reversed
+			m[string(OutcomeFailed)] = fmt.Sprintf("records that nothing happened; nothing is sent again; %s", failTail)
+			m[string(OutcomeRetry)] = fmt.Sprintf("sends it again at once under the same key (%s cannot look itself up): if the first was delivered, a second %s effect is made", name, name)
+		default:
+			m[string(OutcomeSucceeded)] = "asks the provider first and is accepted only if it holds the effect under the key (its external id is recorded); nothing is sent" + reversed
+			m[string(OutcomeFailed)] = fmt.Sprintf("records that nothing happened; nothing is sent again; %s (if the provider is then found to hold it, it is recorded as succeeded%s)", failTail, map[bool]string{true: " and reversed", false: ""}[spec.Compensable()])
+			retry := fmt.Sprintf("looks the key up at the provider first: found, it is done and nothing is sent; absent on the provider's word (and past the time the first request could still land), it is sent again under the same key; otherwise it is looked up for %s and you are asked again", spec.Window())
+			if spec.Class == tool.NonIdempotentWrite {
+				retry += fmt.Sprintf(": if the first was made but the lookup cannot find it, a second %s effect is made", name)
+			} else {
+				retry += fmt.Sprintf(": %s is a %s, so the provider answers the same key with the first effect", name, spec.Class)
+			}
+			m[string(OutcomeRetry)] = retry
+		}
+	case QuestionReversal:
+		comp := st.Compensation
+		if comp == nil {
+			break
+		}
+		cspec := r.specs[comp.Tool]
+		m[string(OutcomeSucceeded)] = "records the step as reversed by hand, with the external id you give; nothing is sent"
+		m[string(OutcomeFailed)] = fmt.Sprintf("accepts that %s's effect stays unreversed (compensation_failed); nothing is sent", name)
+		if r.revErr[n] == activities.ErrRejected {
+			m[string(OutcomeRetry)] = fmt.Sprintf("asks the provider about %s first: if it holds that reversal after all, it is recorded as done and nothing is sent; otherwise a new reversal request goes out under key %s (the provider would answer the same key with the same refusal)",
+				comp.Key, tool.ReversalRetryKey(st.Key, r.round(n)+1))
+		} else {
+			retry := fmt.Sprintf("runs %s again under the same key %s", comp.Tool, comp.Key)
+			if cspec.NoLookup {
+				retry += ", at once (it cannot look itself up)"
+			} else {
+				retry += ", after looking the key up at the provider (found: done, nothing sent)"
+			}
+			if cspec.Class == tool.NonIdempotentWrite {
+				retry += fmt.Sprintf(": if the first reversal took effect unseen, a second %s effect is made", comp.Tool)
+			}
+			m[string(OutcomeRetry)] = retry
+		}
+	}
+	var out []AnswerDoes
+	for _, a := range answerOrder {
+		if contains(answers, a) && m[a] != "" {
+			out = append(out, AnswerDoes{Answer: a, Does: m[a]})
+		}
+	}
+	return out
 }

@@ -76,8 +76,8 @@ func TestRetryOfARejectedReversalIsANewRequest(t *testing.T) {
 	q := openQuestion(t, seen)
 	require.Equal(t, workflows.QuestionReversal, q.Kind)
 	require.Contains(t, q.Card.Rule, "the provider rejected the reversal rv1:1:1:charge:compensate")
-	require.Contains(t, q.Card.Rule, "insufficient_funds", "what the provider answered")
-	require.Contains(t, q.Card.Rule, "new reversal request under key rv1:1:1:charge:compensate:2")
+	require.Contains(t, q.Card.ProviderAnswered, "insufficient_funds", "what the provider answered")
+	require.Contains(t, doesOf(q.Card, "retry"), "new reversal request goes out under key rv1:1:1:charge:compensate:2")
 
 	require.Equal(t, workflows.SagaCompensated, st.State)
 	require.Equal(t, []string{"rv1:1:1:charge:compensate", "rv1:1:1:charge:compensate:2"}, h.p.callsOf("charge_reverse"))

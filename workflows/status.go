@@ -198,7 +198,63 @@ type Card struct {
 	AlreadyRan []string `json:"already_ran,omitempty"`
 	// Key is the operation key the decision is about.
 	Key string `json:"key"`
+
+	// The fields below came with issue 36: all omitempty, so a card from
+	// before them has the same JSON, and the same CardDigest, as it had.
+
+	// Reason: why the call is made, in the request's own words: its
+	// reason, description or note argument, else the step's hold text
+	// (at most MaxCardValueLen bytes).
+	Reason string `json:"reason,omitempty"`
+	// Arguments: the call's arguments as "name: value" in the tool's
+	// order, money formatted ("amount_minor: 600.00 EUR"), secrets masked,
+	// each value clipped to MaxCardValueLen, at most MaxCardArguments. A
+	// reversal's card shows the arguments of the call it reverses.
+	Arguments []string `json:"arguments,omitempty"`
+	// Reverses (reversal questions): the effect the reversal undoes: the
+	// original tool, its external id and its operation key.
+	Reverses string `json:"reverses,omitempty"`
+	// ReversalKey (reversal questions): the reversal's own operation key.
+	ReversalKey string `json:"reversal_key,omitempty"`
+	// ProviderAnswered (reversal questions): what the provider answered
+	// the reversal (its refusal), masked, at most MaxCardLineLen.
+	ProviderAnswered string `json:"provider_answered,omitempty"`
+	// Calls: the calls of the key the question is about, oldest first:
+	// when the workflow made each (its clock when it scheduled the call;
+	// one call covers the activity's own retries, counted as attempts)
+	// and what came back, masked and clipped to MaxCardLineLen, such as
+	// "2026-12-06 22:10:01Z, 1 attempt: no answer within 10s (timeout):
+	// the request may have reached the provider". The last MaxCardCalls.
+	Calls []string `json:"calls,omitempty"`
+	// Lookup: the provider's latest answer to a lookup by the key, with
+	// its time and how many lookups were made.
+	Lookup string `json:"lookup,omitempty"`
+	// Does: what each answer does, for this tool and this question, in
+	// the order the console shows the answers.
+	Does []AnswerDoes `json:"does,omitempty"`
 }
+
+// AnswerDoes is what one answer to a question does.
+type AnswerDoes struct {
+	Answer string `json:"answer"`
+	Does   string `json:"does"`
+}
+
+// Bounds of what a card shows of a call.
+const (
+	// MaxCardArguments bounds the arguments a card lists; more are
+	// counted in one last line.
+	MaxCardArguments = 16
+	// MaxCardValueLen bounds, in bytes, one argument's value and the
+	// reason on a card.
+	MaxCardValueLen = 160
+	// MaxCardCalls bounds the calls a card lists (the latest ones; the
+	// earlier are counted).
+	MaxCardCalls = 10
+	// MaxCardLineLen bounds, in bytes, one call line, the lookup line and
+	// the provider's answer on a card.
+	MaxCardLineLen = 300
+)
 
 // Decision is a human decision kept in a step: an approval, a rejection, a
 // resolution, an expiry, or a decision that was refused and why.
@@ -396,9 +452,12 @@ type CardLine struct {
 }
 
 // Lines returns the card's non-empty lines in the order people read them:
-// change, system, object, amount, who asked, rule, clash, already ran (one
-// line each), key. Every printer of a card (the UI's current details, the
-// MCP gateway, the CLI) words them the same way.
+// change, system, the effect a reversal undoes, object, amount, reason,
+// arguments, who asked, rule, clash, what the provider answered, the calls
+// made and the latest lookup, already ran, what each answer does ("if
+// retry"), key and the reversal's key. Every printer of a card (the UI's
+// current details, the MCP gateway, the CLI, the console) words them the
+// same way.
 func (c Card) Lines() []CardLine {
 	var out []CardLine
 	add := func(label, v string) {
@@ -408,8 +467,13 @@ func (c Card) Lines() []CardLine {
 	}
 	add("change", c.Change)
 	add("system", c.System)
+	add("reverses", c.Reverses)
 	add("object", c.Object)
 	add("amount", c.Amount)
+	add("reason", c.Reason)
+	for _, a := range c.Arguments {
+		add("argument", a)
+	}
 	var who []string
 	for _, w := range [][2]string{{"request ", c.RequestID}, {"requested by ", c.RequestedBy}, {"session ", c.Session}} {
 		if w[1] != "" {
@@ -419,9 +483,22 @@ func (c Card) Lines() []CardLine {
 	add("who asked", strings.Join(who, ", "))
 	add("rule", c.Rule)
 	add("clash", c.Clash)
+	add("provider answered", c.ProviderAnswered)
+	for _, s := range c.Calls {
+		add("call", s)
+	}
+	add("lookup", c.Lookup)
 	for _, a := range c.AlreadyRan {
 		add("already ran", a)
 	}
+	for _, d := range c.Does {
+		add(DoesLabel(d.Answer), d.Does)
+	}
 	add("key", c.Key)
+	add("reversal key", c.ReversalKey)
 	return out
 }
+
+// DoesLabel is the label of the card line that says what answer does:
+// "if retry".
+func DoesLabel(answer string) string { return "if " + answer }

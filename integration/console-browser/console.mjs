@@ -5,7 +5,9 @@
 // any failure.
 //
 //   CONSOLE_URL   the URL the console printed (token included)
-//   SCENARIO      approve | resolve | claim | find | login | deeplink | port
+//   SCENARIO      approve | resolve | claim | find | login | deeplink | port | cards
+//   CARDS         cards: JSON {kind: workflow id} of the questions whose
+//                 cards to read (approval, outcome, reversal)
 //   OTHER_CONSOLE_URL  claim: the second operator's console URL
 //   WORKFLOW_ID   the plan whose question to decide
 //   AMOUNT        approve: the amount the card must show (600.00 EUR)
@@ -59,7 +61,7 @@ async function main() {
     if (page.url().includes('token=')) throw new Error('the token stayed in the address: ' + page.url());
     await page.locator('body[data-loaded="true"]').waitFor();
 
-    const scenarios = { login: async () => ({ shown: await shownQuestions(page) }), approve: () => approve(page, wid, ctx), resolve: () => resolve(page, wid), port: () => otherPort(page, ctx), find: () => findWork(page), claim: () => claimShared(page, wid, ctx) };
+    const scenarios = { login: async () => ({ shown: await shownQuestions(page) }), approve: () => approve(page, wid, ctx), resolve: () => resolve(page, wid), port: () => otherPort(page, ctx), find: () => findWork(page), claim: () => claimShared(page, wid, ctx), cards: () => readCards(page) };
     if (!scenarios[scenario]) throw new Error('unknown SCENARIO ' + scenario);
     const out = await scenarios[scenario]();
     if (problems.length) throw new Error(problems.join('; '));
@@ -103,6 +105,28 @@ async function approve(page, wid, ctx) {
   await art.locator('button[data-action="approve"]').click();
   const done = await decided(page, wid, 'approved', art);
   return { card: cardText, card_digest: digest, age, expiry, decided: await done.innerText() };
+}
+
+// readCards reads the card of one question of each kind named in CARDS:
+// its lines (label and value), its buttons in page order (":default" on a
+// button styled or focused as the default) and what the page says each
+// answer does. It decides nothing.
+async function readCards(page) {
+  const out = { cards: {} };
+  for (const [kind, wid] of Object.entries(JSON.parse(need('CARDS')))) {
+    const art = question(page, wid, kind);
+    await art.waitFor();
+    const lines = await art.locator('dl.card').evaluate((dl) => {
+      const got = [];
+      for (const dt of dl.querySelectorAll('dt')) got.push({ label: dt.textContent, value: dt.nextElementSibling.textContent });
+      return got;
+    });
+    const buttons = await art.locator('button[data-action]').evaluateAll((bs) =>
+      bs.map((b) => b.dataset.action + (b.classList.contains('ok') || b === document.activeElement || b.autofocus ? ':default' : '')));
+    const does = await art.locator('ul.does li').allInnerTexts();
+    out.cards[kind] = { lines, buttons, does };
+  }
+  return out;
 }
 
 async function resolve(page, wid) {

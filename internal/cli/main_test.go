@@ -410,7 +410,9 @@ func evilStatus() workflows.Status {
 			ExpiresAt: at.Add(22 * time.Hour), Answers: []string{"approve", "reject"},
 			Card: workflows.Card{Change: "apply_refund: refund an order", System: "payments", Object: "order_id ord_1002", Amount: "1,500.00 EUR", AmountMinor: 150000, Currency: "EUR",
 				RequestID: "req-7", RequestedBy: "carol", Session: "s", Rule: "approval policy: amount_minor > 50000", Clash: "one refund per order: " + evil,
-				AlreadyRan: []string{"ord_1002 already refunded 1,500.00 EUR by h-1:1:2:apply_refund", evil}, Key: "s:1:1:apply_refund"}}},
+				AlreadyRan: []string{"ord_1002 already refunded 1,500.00 EUR by h-1:1:2:apply_refund", evil}, Key: "s:1:1:apply_refund",
+				Reason: "arrived damaged", Arguments: []string{"order_id: ord_1002", "note: " + evil}, Calls: []string{evil},
+				Does: []workflows.AnswerDoes{{Answer: "reject", Does: "apply_refund is not run"}, {Answer: "approve", Does: evil}}}}},
 	}
 }
 
@@ -427,6 +429,7 @@ func TestStatusPrintsEachQuestionWithItsCardNeutralised(t *testing.T) {
 		"amount       1,500.00 EUR (150000 minor units)", "who asked    request req-7, requested by carol, session s",
 		"rule         approval policy: amount_minor > 50000", "(approving needs --override)",
 		"already ran  ord_1002 already refunded 1,500.00 EUR by h-1:1:2:apply_refund",
+		"reason       arrived damaged", "argument     order_id: ord_1002\n               note: ", "if reject    apply_refund is not run",
 		"decide       starter approve agent-plan:s:1 --step 1 --question q-1-approval-1 --key FILE --override",
 	} {
 		require.Contains(t, s, want)

@@ -427,35 +427,30 @@ func printQuestion(out io.Writer, workflowID string, q workflows.Question, at ti
 			fmt.Fprintf(out, "  %-12s %s\n", label, safe(v))
 		}
 	}
-	row("change", c.Change)
-	row("system", c.System)
-	row("object", c.Object)
 	amount := c.Amount
 	if c.AmountMinor != 0 || c.Currency != "" {
 		amount = strings.TrimSpace(fmt.Sprintf("%s (%d minor units)", c.Amount, c.AmountMinor))
 	}
-	row("amount", amount)
-	var who []string
-	if c.RequestID != "" {
-		who = append(who, "request "+c.RequestID)
-	}
-	if c.RequestedBy != "" {
-		who = append(who, "requested by "+c.RequestedBy)
-	}
-	if c.Session != "" {
-		who = append(who, "session "+c.Session)
-	}
-	row("who asked", strings.Join(who, ", "))
-	row("rule", c.Rule)
-	if c.Clash != "" {
-		row("clash", c.Clash+"  (approving needs --override)")
-	}
-	for i, a := range c.AlreadyRan {
-		label := ""
-		if i == 0 {
-			label = "already ran"
+	// The card's lines as every printer words them (Card.Lines), a label
+	// repeated (arguments, calls, already ran) printed once.
+	last := ""
+	for _, l := range c.Lines() {
+		v := l.Value
+		switch l.Label {
+		case "key":
+			continue // below, with the question's key when the card has none
+		case "amount":
+			v = amount
+		case "clash":
+			v += "  (approving needs --override)"
 		}
-		fmt.Fprintf(out, "  %-12s %s\n", label, safe(a))
+		label := l.Label
+		if label == last {
+			label = ""
+		} else {
+			last = label
+		}
+		fmt.Fprintf(out, "  %-12s %s\n", label, safe(v))
 	}
 	key := c.Key
 	if key == "" {

@@ -47,9 +47,20 @@
     return h;
   }
 
+  // cardSays is what the card says answer does (its "if <answer>" line),
+  // or null: the workflow words it for the tool and the question.
+  function cardSays(q, answer) {
+    for (const line of q.lines || []) {
+      if (line.label === 'if ' + answer) return line.value;
+    }
+    return null;
+  }
+
   function card(q) {
     const dl = el('dl', 'card');
     for (const line of q.lines || []) {
+      // What an answer does is said beside its button, when there is one.
+      if (q.may_decide && line.label.startsWith('if ') && (q.answers || []).includes(line.label.slice(3))) continue;
       dl.append(el('dt', null, line.label), el('dd', line.label === 'clash' ? 'clash' : null, line.value));
     }
     return dl;
@@ -69,7 +80,8 @@
   function buttonsFor(q) {
     const out = [];
     if (!q.may_decide) return out;
-    const add = (action, label, cls, does) => {
+    const add = (action, label, cls, fallback) => {
+      const does = cardSays(q, action === 'override' ? 'approve' : action) || fallback;
       const b = el('button', cls, label);
       b.type = 'button';
       b.dataset.action = action;
@@ -79,7 +91,8 @@
     };
     // One order for every kind: the answer that makes no new effect first,
     // then the one that confirms, then the one that may make a second
-    // effect; none is styled as the default.
+    // effect; none is styled as the default (no "ok" button, no focus).
+    // What each does is the card's own line for it, else the words here.
     if (q.kind === 'approval') {
       add('reject', 'Reject', 'no', 'the step is not run; the plan compensates what it did');
       if (q.clash) add('override', 'Override the clash and approve', 'warn', 'runs the step although the card shows a clash or a suspected duplicate');
