@@ -881,6 +881,7 @@ func (r *run) open(ctx workflow.Context, n int, kind, rule string, answers []str
 		ID: fmt.Sprintf("q%d-step%d-%s", r.seq, n, kind), Kind: kind, Step: n, Key: st.Key, Fingerprint: st.Fingerprint,
 		OpenedAt: workflow.Now(ctx), Answers: answers, Card: r.card(n, kind, rule, answers, rep),
 	}}
+	q.CardDigest = CardDigest(q.Card)
 	if expires > 0 {
 		q.ExpiresAt = q.OpenedAt.Add(expires)
 	}

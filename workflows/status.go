@@ -166,6 +166,10 @@ type Question struct {
 	// resolve outcomes that fit.
 	Answers []string `json:"answers"`
 	Card    Card     `json:"card"`
+	// CardDigest is CardDigest(Card), worked out once as the question
+	// opened, so a client listing many questions need not (empty in
+	// questions opened before it was).
+	CardDigest string `json:"card_digest,omitempty"`
 }
 
 // Card is the compact approval card: everything a person needs to decide

@@ -543,7 +543,7 @@ func (c *console) item(e sagaclient.Escalation, q workflows.Question, at time.Ti
 	it := consoleItem{
 		WorkflowID: e.WorkflowID, QuestionID: q.ID, Kind: q.Kind, Step: q.Step, Tool: toolName, System: q.Card.System,
 		Amount: q.Card.Amount, State: string(e.State), OpenedAt: q.OpenedAt, Age: age(q.OpenedAt, at), ExpiresAt: q.ExpiresAt,
-		Answers: q.Answers, Clash: q.Card.Clash != "", Lines: cardLines(q.Card), CardDigest: workflows.CardDigest(q.Card), UI: c.link(e.WorkflowID),
+		Answers: q.Answers, Clash: q.Card.Clash != "", Lines: cardLines(q.Card), CardDigest: q.CardDigest, UI: c.link(e.WorkflowID),
 		Key: q.Key, Object: q.Card.Object, Requester: q.Card.RequestedBy, AmountMinor: q.Card.AmountMinor, Currency: q.Card.Currency,
 		Needs: operators.ActionResolve,
 	}
@@ -551,6 +551,9 @@ func (c *console) item(e sagaclient.Escalation, q workflows.Question, at time.Ti
 		it.Needs = operators.ActionApprove
 	}
 	it.MayDecide = c.may[it.Needs]
+	if it.CardDigest == "" { // opened before the workflow worked it out
+		it.CardDigest = workflows.CardDigest(q.Card)
+	}
 	if it.Answers == nil {
 		it.Answers = []string{}
 	}
