@@ -1,12 +1,10 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsaga/agentsaga/internal/cli"
 	"github.com/agentsaga/agentsaga/internal/demotools"
 	"github.com/agentsaga/agentsaga/internal/devstack"
 	"github.com/agentsaga/agentsaga/plan"
@@ -45,7 +42,7 @@ func BenchmarkConsoleQuestions(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
-	st, err := devstack.Start(ctx, devstack.Options{UIPort: -1, DataDir: b.TempDir()})
+	st, err := devstack.Start(ctx, devstack.Options{DataDir: b.TempDir()})
 	if err != nil {
 		b.Fatalf("start the stack: %v", err)
 	}
@@ -130,35 +127,16 @@ func BenchmarkConsoleQuestions(b *testing.B) {
 	}
 }
 
-// benchConsole starts `starter console` on st (typed name, the stack has
+// benchConsole starts `starter console` on st (typed name: the stack has
 // no operators file) and returns its origin and a page session.
 func benchConsole(ctx context.Context, b *testing.B, st *devstack.Stack) (origin, session string) {
-	cctx, stop := context.WithCancel(ctx)
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := cli.Run(cctx, []string{"console", "--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(),
-			"--by", "bench", "--ledger", st.LedgerDSN, "--listen", "127.0.0.1:0"}, nil, pw, cli.Config{})
-		_ = pw.CloseWithError(fmt.Errorf("console ended: %v", err))
-		done <- err
-	}()
-	b.Cleanup(func() { stop(); <-done })
-	var link string
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		if u, ok := strings.CutPrefix(sc.Text(), "open "); ok {
-			link = u
-			go func() { _, _ = io.Copy(io.Discard, pr) }()
-			break
-		}
-	}
+	link, _ := startConsoleOn(b, st, "", "127.0.0.1:0", "--by", "bench", "--ledger", st.LedgerDSN)
 	u, err := url.Parse(link)
-	if err != nil || link == "" {
-		b.Fatalf("the console printed no URL: %v", sc.Err())
+	if err != nil {
+		b.Fatalf("the console printed %q: %v", link, err)
 	}
 	origin = u.Scheme + "://" + u.Host
-	token := strings.TrimPrefix(u.Fragment, "token=")
-	body, _ := json.Marshal(map[string]string{"token": token})
+	body, _ := json.Marshal(map[string]string{"token": strings.TrimPrefix(u.Fragment, "token=")})
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, origin+"/api/session", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Origin", origin)

@@ -67,16 +67,20 @@ func startConsole(t *testing.T, st *devstack.Stack, keyFile string) string {
 	return u
 }
 
-// startConsoleOn starts the console with keyFile on listen; stop stops it
-// (and is called when the test ends).
-func startConsoleOn(t *testing.T, st *devstack.Stack, keyFile, listen string, extra ...string) (u string, stop func()) {
+// startConsoleOn starts the console with keyFile (none when empty: give
+// --by in extra) on listen; stop stops it (and is called when the test
+// ends).
+func startConsoleOn(t testing.TB, st *devstack.Stack, keyFile, listen string, extra ...string) (u string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
+	args := []string{"console", "--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(), "--listen", listen, "--ui-url", st.Server.UIURL()}
+	if keyFile != "" {
+		args = append(args, "--key", keyFile)
+	}
 	go func() {
-		err := cli.Run(ctx, append([]string{"console", "--address", st.Server.FrontendAddr(), "--namespace", st.Server.Namespace(),
-			"--key", keyFile, "--listen", listen, "--ui-url", st.Server.UIURL()}, extra...), nil, pw, cli.Config{})
+		err := cli.Run(ctx, append(args, extra...), nil, pw, cli.Config{})
 		_ = pw.CloseWithError(fmt.Errorf("console ended: %v", err))
 		done <- err
 	}()
