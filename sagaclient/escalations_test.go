@@ -3,6 +3,7 @@ package sagaclient
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
@@ -43,7 +44,7 @@ func (l *listing) QueryWorkflow(ctx context.Context, id, runID string, q string,
 }
 
 func listed(t *testing.T, id string, memo *workflows.OpenQuestions) *workflowpb.WorkflowExecutionInfo {
-	e := &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: id}, StartTime: timestamppb.New(clock.Add(-2 * 3600e9))}
+	e := &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: id}, StartTime: timestamppb.New(clock.Add(-2 * time.Hour))}
 	if memo != nil {
 		p, err := converter.GetDefaultDataConverter().ToPayload(*memo)
 		require.NoError(t, err)
@@ -52,40 +53,34 @@ func listed(t *testing.T, id string, memo *workflows.OpenQuestions) *workflowpb.
 	return e
 }
 
-// The console and `starter escalations` list every waiting question with
-// one visibility query: a plan that publishes its questions in its memo is
-// never asked for its status; only a plan started before it is.
-func TestEscalationsReadPublishedQuestionsWithoutAStatusQuery(t *testing.T) {
-	st := waiting()
-	published := func(kind string, step int) *workflows.OpenQuestions {
-		return &workflows.OpenQuestions{State: workflows.SagaNeedsHuman, SignedDecisions: true, Questions: []workflows.OpenQuestion{{
-			Question: workflows.Question{ID: "q1-" + kind, Kind: kind, Step: step, Key: "k", OpenedAt: clock.Add(-30 * 60e9), Card: workflows.Card{Rule: "why " + kind}},
-			Tool:     "apply_refund",
-		}}}
+// The console lists every waiting question with one visibility query: a
+// plan that publishes its questions in its memo is never asked for its
+// status; only a plan started before it is.
+func TestWaitingReadsPublishedQuestionsWithoutAStatusQuery(t *testing.T) {
+	published := func(id string, opened time.Time) *workflows.OpenQuestions {
+		return &workflows.OpenQuestions{State: workflows.SagaNeedsHuman, SignedDecisions: true, Questions: []workflows.QuestionIndex{{
+			ID: id, Kind: workflows.QuestionOutcome, Step: 1, Key: "k-" + id, Tool: "send_email", OpenedAt: opened, Object: "to ana@example.com"}}}
 	}
-	l := &listing{fake: fake{status: st}, plans: []*workflowpb.WorkflowExecutionInfo{
-		listed(t, "agent-plan:a:1", published(workflows.QuestionApproval, 1)),
-		listed(t, "agent-plan:b:1", published(workflows.QuestionOutcome, 2)),
+	l := &listing{fake: fake{status: waiting()}, plans: []*workflowpb.WorkflowExecutionInfo{
+		listed(t, "agent-plan:a:1", published("qa", clock.Add(-10*time.Minute))),
+		listed(t, "agent-plan:b:1", published("qb", clock.Add(-30*time.Minute))),
 		listed(t, "agent-plan:old:1", nil), // started before plans published their questions
-		listed(t, "agent-plan:c:1", &workflows.OpenQuestions{State: workflows.SagaNeedsHuman, Questions: []workflows.OpenQuestion{}}),
+		listed(t, "agent-plan:c:1", &workflows.OpenQuestions{State: workflows.SagaNeedsHuman, Questions: []workflows.QuestionIndex{}}),
 	}}
-	c := New(l, Options{})
-	list, err := c.Escalations(context.Background())
+	list, err := New(l, Options{}).Waiting(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 2, l.pages, "two pages of visibility")
 	require.Equal(t, 1, l.queries, "only the plan without the memo is asked for its status")
-	require.Len(t, list, 4)
-	byID := map[string]Escalation{}
-	for _, e := range list {
-		byID[e.WorkflowID] = e
+	var ids []string
+	for _, w := range list {
+		ids = append(ids, w.WorkflowID)
 	}
-	a := byID["agent-plan:a:1"]
-	require.Equal(t, workflows.SagaNeedsHuman, a.State)
-	require.True(t, a.SignedDecisions)
-	require.Len(t, a.Questions, 1)
-	require.True(t, clock.Add(-30*60e9).Equal(a.OpenSince), "open since its question")
-	require.Equal(t, []workflows.StepStatus{{Step: 1, Key: "k", Tool: "apply_refund", Waiting: "approval", LastError: "why approval"}}, a.Steps)
-	require.Equal(t, "resolve", byID["agent-plan:b:1"].Steps[0].Waiting)
-	require.Len(t, byID["agent-plan:old:1"].Questions, 2, "read from its status")
-	require.Empty(t, byID["agent-plan:c:1"].Questions)
+	require.Equal(t, []string{"agent-plan:c:1", "agent-plan:old:1", "agent-plan:b:1", "agent-plan:a:1"}, ids, "oldest open question first (a plan with none: its start)")
+	b := list[2]
+	require.True(t, b.SignedDecisions)
+	require.Equal(t, "to ana@example.com", b.Questions[0].Object)
+	old := list[1]
+	require.Len(t, old.Questions, 2, "read from its status and indexed")
+	require.Equal(t, "q-2-outcome-1", old.Questions[0].ID)
+	require.Empty(t, list[0].Questions)
 }

@@ -549,10 +549,7 @@ type Escalation struct {
 	OpenSince time.Time `json:"open_since"`
 	// Questions are the open questions, oldest first, each with its card.
 	Questions []workflows.Question `json:"questions"`
-	// Steps are the steps that wait. For a plan that publishes its
-	// questions (workflows.MemoOpenQuestions) each holds the step's
-	// number, key, tool, what it waits for and, as its last error, the
-	// question's rule; from a status, the whole step.
+	// Steps are the steps that wait.
 	Steps []workflows.StepStatus `json:"waiting_steps"`
 	// SignedDecisions: the plan's worker accepts only signed decisions.
 	SignedDecisions bool `json:"signed_decisions,omitempty"`
@@ -561,60 +558,111 @@ type Escalation struct {
 	StatusError string `json:"status_error,omitempty"`
 }
 
+// neededHuman is the visibility query of the running plans that wait for
+// a person.
+var neededHuman = fmt.Sprintf("%s = true AND ExecutionStatus = 'Running'", workflows.SearchAttrNeedsHuman)
+
 // Escalations lists running plans that wait for a person, found through the
-// search attribute AgentSagaNeedsHuman, with their open questions, sorted by
-// the age of their oldest open question, oldest first. It is one visibility
-// query (in pages): each plan's questions come from its memo
-// (workflows.MemoOpenQuestions); only a plan started before plans
-// published them there is asked for its status.
+// search attribute AgentSagaNeedsHuman, with their open questions and whole
+// cards (each plan's status), sorted by the age of their oldest open
+// question, oldest first. Waiting lists them without a query per plan.
 func (c *Client) Escalations(ctx context.Context) ([]Escalation, error) {
-	q := fmt.Sprintf("%s = true AND ExecutionStatus = 'Running'", workflows.SearchAttrNeedsHuman)
 	out := []Escalation{}
+	err := c.listWaiting(ctx, func(id string, since time.Time, _ *commonpb.Memo) {
+		s, err := c.Status(ctx, id)
+		out = append(out, escalation(id, since, s, err))
+	})
+	if err != nil {
+		return nil, err
+	}
+	SortEscalations(out)
+	return out, nil
+}
+
+// listWaiting calls each with every running plan that waits for a person,
+// page by page of visibility.
+func (c *Client) listWaiting(ctx context.Context, each func(id string, since time.Time, memo *commonpb.Memo)) error {
 	var token []byte
 	for {
-		resp, err := c.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: escalationsPage})
+		resp, err := c.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: neededHuman, NextPageToken: token, PageSize: waitingPage})
 		if err != nil {
-			return nil, fmt.Errorf("list plans waiting for a human: %w", err)
+			return fmt.Errorf("list plans waiting for a human: %w", err)
 		}
 		for _, e := range resp.GetExecutions() {
-			id := e.GetExecution().GetWorkflowId()
-			since := e.GetStartTime().AsTime()
-			if esc, ok := published(id, since, e.GetMemo().GetFields()[workflows.MemoOpenQuestions]); ok {
-				out = append(out, esc)
-				continue
-			}
-			s, err := c.Status(ctx, id)
-			out = append(out, escalation(id, since, s, err))
+			each(e.GetExecution().GetWorkflowId(), e.GetStartTime().AsTime(), e.GetMemo())
 		}
-		token = resp.GetNextPageToken()
-		if len(token) == 0 {
-			SortEscalations(out)
-			return out, nil
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return nil
 		}
 	}
 }
 
-// escalationsPage is the page size Escalations asks visibility for.
-const escalationsPage = 1000
+// waitingPage is the visibility page size of listWaiting.
+const waitingPage = 1000
 
-// published reads the escalation of plan id from its MemoOpenQuestions
-// memo p (decoded: see codec.DecodeMemos); false when it has none, or one
-// this client cannot read, so the caller asks for the status instead.
-func published(id string, since time.Time, p *commonpb.Payload) (Escalation, bool) {
-	var memo workflows.OpenQuestions
-	if p == nil || converter.GetDefaultDataConverter().FromPayload(p, &memo) != nil {
-		return Escalation{}, false
-	}
-	s := workflows.Status{State: memo.State, SignedDecisions: memo.SignedDecisions, Questions: make([]workflows.Question, 0, len(memo.Questions))}
-	for _, q := range memo.Questions {
-		s.Questions = append(s.Questions, q.Question)
-		waiting := "resolve"
-		if q.Kind == workflows.QuestionApproval {
-			waiting = "approval"
+// Waiting is a plan that waits for a person, with the index of its open
+// questions as it published them (workflows.OpenQuestions): each question
+// with the short fields of its card; Status has the cards whole.
+type Waiting struct {
+	WorkflowID string    `json:"workflow_id"`
+	Since      time.Time `json:"started_at"`
+	workflows.OpenQuestions
+	// StatusError says why a plan that published no index (started
+	// before plans did) could not be read either; it is listed anyway.
+	StatusError string `json:"status_error,omitempty"`
+}
+
+// Waiting lists the running plans that wait for a person with their open
+// questions, in one visibility query (in pages): each plan's questions
+// come from its memo (workflows.MemoOpenQuestions), and only a plan
+// started before plans published them there is asked for its status.
+// Plans come oldest open question first.
+func (c *Client) Waiting(ctx context.Context) ([]Waiting, error) {
+	out := []Waiting{}
+	oldest := map[string]time.Time{}
+	err := c.listWaiting(ctx, func(id string, since time.Time, memo *commonpb.Memo) {
+		w := Waiting{WorkflowID: id, Since: since}
+		if !published(memo.GetFields()[workflows.MemoOpenQuestions], &w.OpenQuestions) {
+			s, err := c.Status(ctx, id)
+			if err != nil {
+				w.StatusError = err.Error()
+			}
+			w.State, w.SignedDecisions, w.Questions = s.State, s.SignedDecisions, []workflows.QuestionIndex{}
+			for _, q := range s.Questions {
+				var toolName string
+				if q.Step >= 1 && q.Step <= len(s.Steps) {
+					toolName = s.Steps[q.Step-1].Tool
+				}
+				w.Questions = append(w.Questions, workflows.IndexOf(q, toolName))
+			}
 		}
-		s.Steps = append(s.Steps, workflows.StepStatus{Step: q.Step, Key: q.Key, Tool: q.Tool, Waiting: waiting, LastError: q.Card.Rule})
+		first := since // the plan's start when no question is listed
+		for i, q := range w.Questions {
+			if i == 0 || q.OpenedAt.Before(first) {
+				first = q.OpenedAt
+			}
+		}
+		oldest[id] = first
+		out = append(out, w)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return escalation(id, since, s, nil), true
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := oldest[out[i].WorkflowID], oldest[out[j].WorkflowID]
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		return out[i].WorkflowID < out[j].WorkflowID
+	})
+	return out, nil
+}
+
+// published reads the MemoOpenQuestions memo p (decoded: see
+// codec.DecodeMemos) into into; false when there is none, or one this
+// client cannot read.
+func published(p *commonpb.Payload, into *workflows.OpenQuestions) bool {
+	return p != nil && converter.GetDefaultDataConverter().FromPayload(p, into) == nil && into.Questions != nil
 }
 
 func escalation(id string, since time.Time, s workflows.Status, err error) Escalation {

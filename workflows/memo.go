@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 )
@@ -14,9 +15,9 @@ import (
 const MemoOpenQuestions = "open_questions"
 
 // OpenQuestions is what a plan publishes in its MemoOpenQuestions memo each
-// time its open questions change: its state and every open question with
-// its card, as the status query shows them. Like every payload it is
-// encoded by the codec (encrypted, with keys).
+// time its open questions change: its state and an index entry for every
+// open question. Like every payload it is encoded by the codec (encrypted,
+// with keys).
 type OpenQuestions struct {
 	State SagaState `json:"state"`
 	// SignedDecisions: the worker that published it accepts only signed
@@ -24,13 +25,45 @@ type OpenQuestions struct {
 	SignedDecisions bool `json:"signed_decisions,omitempty"`
 	// Questions are the open questions, oldest first (empty once none is
 	// open).
-	Questions []OpenQuestion `json:"questions"`
+	Questions []QuestionIndex `json:"questions"`
 }
 
-// OpenQuestion is an open question and the tool of its step.
-type OpenQuestion struct {
-	Question
-	Tool string `json:"tool"`
+// QuestionIndex is an open question as a list finds, sorts and shows it on
+// one line: the question and the short fields of its card, without the
+// card's long lines (arguments, calls, what each answer does), which the
+// status query shows whole. A visibility page of a thousand plans stays a
+// few hundred kilobytes.
+type QuestionIndex struct {
+	ID       string    `json:"id"`
+	Kind     string    `json:"kind"`
+	Step     int       `json:"step"`
+	Key      string    `json:"key"`
+	Tool     string    `json:"tool"`
+	OpenedAt time.Time `json:"opened_at"`
+	// ExpiresAt is Question.ExpiresAt (zero: it never expires).
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	Answers   []string  `json:"answers"`
+	// CardDigest is the digest of the whole card (Question.CardDigest).
+	CardDigest  string `json:"card_digest,omitempty"`
+	System      string `json:"system,omitempty"`
+	Object      string `json:"object,omitempty"`
+	Amount      string `json:"amount,omitempty"`
+	AmountMinor int64  `json:"amount_minor,omitempty"`
+	Currency    string `json:"currency,omitempty"`
+	RequestedBy string `json:"requested_by,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	// Clash: the card shows a guard clash (approving needs override).
+	Clash bool `json:"clash,omitempty"`
+}
+
+// IndexOf is the index entry of question q on a step of tool.
+func IndexOf(q Question, tool string) QuestionIndex {
+	c := q.Card
+	return QuestionIndex{
+		ID: q.ID, Kind: q.Kind, Step: q.Step, Key: q.Key, Tool: tool, OpenedAt: q.OpenedAt, ExpiresAt: q.ExpiresAt,
+		Answers: q.Answers, CardDigest: q.CardDigest, System: c.System, Object: c.Object, Amount: c.Amount,
+		AmountMinor: c.AmountMinor, Currency: c.Currency, RequestedBy: c.RequestedBy, Reason: c.Reason, Clash: c.Clash != "",
+	}
 }
 
 // publishQuestions upserts the MemoOpenQuestions memo when the open
@@ -54,9 +87,9 @@ func (r *run) publishQuestions(ctx workflow.Context) {
 	if workflow.GetVersion(ctx, versionQuestionsMemo, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
-	memo := OpenQuestions{State: r.st.State, SignedDecisions: r.saga.Operators != nil, Questions: make([]OpenQuestion, 0, len(r.st.Questions))}
+	memo := OpenQuestions{State: r.st.State, SignedDecisions: r.saga.Operators != nil, Questions: make([]QuestionIndex, 0, len(r.st.Questions))}
 	for _, q := range r.st.Questions {
-		memo.Questions = append(memo.Questions, OpenQuestion{Question: q, Tool: r.step(q.Step).Tool})
+		memo.Questions = append(memo.Questions, IndexOf(q, r.step(q.Step).Tool))
 	}
 	if err := workflow.UpsertMemo(ctx, map[string]any{MemoOpenQuestions: memo}); err != nil {
 		workflow.GetLogger(ctx).Warn("open questions not published in the memo", "error", err)

@@ -1,6 +1,7 @@
 package workflows_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -35,8 +36,11 @@ func TestOpenQuestionsArePublishedInTheMemo(t *testing.T) {
 	open := memos[0]
 	require.Equal(t, workflows.SagaWaitingApproval, open.State)
 	require.Len(t, open.Questions, 1)
-	require.Equal(t, between.Questions[0], open.Questions[0].Question, "the question as the status shows it")
-	require.Equal(t, "refund", open.Questions[0].Tool)
+	q := between.Questions[0]
+	require.Equal(t, workflows.IndexOf(q, "refund"), open.Questions[0], "the question as the status shows it, indexed")
+	require.Equal(t, workflows.CardDigest(q.Card), open.Questions[0].CardDigest, "the whole card's digest")
+	require.Equal(t, "o1", strings.TrimPrefix(open.Questions[0].Object, "order_id "))
+	require.NotZero(t, open.Questions[0].AmountMinor)
 	require.Empty(t, memos[1].Questions, "none open once decided")
 
 	quiet := newHarness(t).env()

@@ -165,7 +165,7 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 func refuseUnsigned(ctx context.Context, sc *sagaclient.Client) error {
 	lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	list, err := sc.Escalations(lctx)
+	list, err := sc.Waiting(lctx)
 	if err != nil {
 		return nil // the page says what it cannot list
 	}
@@ -454,7 +454,7 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	at := now()
-	list, err := c.sc.Escalations(ctx)
+	list, err := c.sc.Waiting(ctx)
 	resp := struct {
 		Now string `json:"now"`
 		// Open is one page of the open questions that match the search;
@@ -480,12 +480,12 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 	}
 	open := map[string]bool{}
 	var problems []string
-	for _, e := range list {
-		if e.StatusError != "" {
-			problems = append(problems, fmt.Sprintf("%s: %s", e.WorkflowID, e.StatusError))
+	for _, wt := range list {
+		if wt.StatusError != "" {
+			problems = append(problems, fmt.Sprintf("%s: %s", wt.WorkflowID, wt.StatusError))
 		}
-		for _, q := range e.Questions {
-			it := c.item(e, q, at)
+		for _, q := range wt.Questions {
+			it := c.item(wt, q, at)
 			resp.Open = append(resp.Open, it)
 			open[it.WorkflowID+"\x00"+it.QuestionID] = true
 		}
@@ -498,6 +498,7 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp.Open, resp.Total, resp.Page = find(all, f)
+	problems = append(problems, c.complete(ctx, resp.Open)...)
 	if claims, err := c.claims(ctx); err != nil {
 		problems = append(problems, "claims: "+err.Error())
 	} else if claims != nil {
@@ -532,28 +533,26 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 	consoleJSON(w, http.StatusOK, resp)
 }
 
-// item words question q of escalation e for the page.
-func (c *console) item(e sagaclient.Escalation, q workflows.Question, at time.Time) consoleItem {
-	toolName, _, _ := strings.Cut(q.Card.Change, ":")
-	for _, s := range e.Steps {
-		if s.Step == q.Step && s.Tool != "" {
-			toolName = s.Tool
-		}
-	}
+// item words question q of the waiting plan wt for the page, from its
+// index entry: the card's short fields (complete adds the whole card for
+// the page shown).
+func (c *console) item(wt sagaclient.Waiting, q workflows.QuestionIndex, at time.Time) consoleItem {
 	it := consoleItem{
-		WorkflowID: e.WorkflowID, QuestionID: q.ID, Kind: q.Kind, Step: q.Step, Tool: toolName, System: q.Card.System,
-		Amount: q.Card.Amount, State: string(e.State), OpenedAt: q.OpenedAt, Age: age(q.OpenedAt, at), ExpiresAt: q.ExpiresAt,
-		Answers: q.Answers, Clash: q.Card.Clash != "", Lines: cardLines(q.Card), CardDigest: q.CardDigest, UI: c.link(e.WorkflowID),
-		Key: q.Key, Object: q.Card.Object, Requester: q.Card.RequestedBy, AmountMinor: q.Card.AmountMinor, Currency: q.Card.Currency,
+		WorkflowID: wt.WorkflowID, QuestionID: q.ID, Kind: q.Kind, Step: q.Step, Tool: q.Tool, System: q.System,
+		Amount: q.Amount, State: string(wt.State), OpenedAt: q.OpenedAt, Age: age(q.OpenedAt, at), ExpiresAt: q.ExpiresAt,
+		Answers: q.Answers, Clash: q.Clash, CardDigest: q.CardDigest, UI: c.link(wt.WorkflowID),
+		Key: q.Key, Object: q.Object, Requester: q.RequestedBy, AmountMinor: q.AmountMinor, Currency: q.Currency,
 		Needs: operators.ActionResolve,
+	}
+	for _, l := range [][2]string{{"object", q.Object}, {"amount", q.Amount}, {"reason", q.Reason}, {"requested by", q.RequestedBy}, {"key", q.Key}} {
+		if l[1] != "" {
+			it.Lines = append(it.Lines, cardLine{l[0], l[1]})
+		}
 	}
 	if q.Kind == workflows.QuestionApproval {
 		it.Needs = operators.ActionApprove
 	}
 	it.MayDecide = c.may[it.Needs]
-	if it.CardDigest == "" { // opened before the workflow worked it out
-		it.CardDigest = workflows.CardDigest(q.Card)
-	}
 	if it.Answers == nil {
 		it.Answers = []string{}
 	}
@@ -565,6 +564,60 @@ func (c *console) item(e sagaclient.Escalation, q workflows.Question, at time.Ti
 		}
 	}
 	return it
+}
+
+// maxStatusReads bounds the status queries complete runs at once.
+const maxStatusReads = 8
+
+// complete gives the questions of the page shown their whole cards, from
+// their plans' status (one query per plan on the page, at most
+// maxStatusReads at once: the page holds at most maxPageSize questions),
+// and returns what it could not read. A question that closed since it was
+// listed keeps its index lines; deciding it is refused as not open.
+func (c *console) complete(ctx context.Context, page []consoleItem) []string {
+	type read struct {
+		st  workflows.Status
+		err error
+	}
+	reads := map[string]*read{}
+	for _, it := range page {
+		reads[it.WorkflowID] = nil
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, maxStatusReads)
+	for id := range reads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			st, err := c.sc.Status(ctx, id)
+			mu.Lock()
+			reads[id] = &read{st, err}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	var problems []string
+	for i := range page {
+		it := &page[i]
+		rd := reads[it.WorkflowID]
+		if rd.err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %s", it.WorkflowID, rd.err))
+			reads[it.WorkflowID].err = nil // said once
+			continue
+		}
+		for _, q := range rd.st.Questions {
+			if q.ID == it.QuestionID {
+				it.Lines, it.CardDigest = cardLines(q.Card), q.CardDigest
+				if it.CardDigest == "" { // opened before the workflow worked it out
+					it.CardDigest = workflows.CardDigest(q.Card)
+				}
+			}
+		}
+	}
+	return problems
 }
 
 // cardLine is one labelled line of a card, as the page shows it.

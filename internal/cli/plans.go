@@ -69,6 +69,11 @@ func (c *conn) dial(ctx context.Context, key *operators.Key) (*sagaclient.Client
 	if err != nil {
 		return nil, nil, usageErr("%v", err)
 	}
+	if cd.Enabled() {
+		// Encrypted payloads do not compress: gzip would only cost both
+		// ends CPU (most of a long list's bytes are memos).
+		opts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+	}
 	tc, err := client.Dial(opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to Temporal at %s: %w (start one with `go run ./worker --dev`, or set --address)", c.temporal.Address, err)
