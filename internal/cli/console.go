@@ -218,6 +218,12 @@ type console struct {
 	hosts    map[string]bool // Host headers that name the console
 	static   http.Handler
 
+	// The latest listing of the open questions (see listing).
+	listMu    sync.Mutex
+	listed    *waitingList  // nil until the first listing ends
+	listing   chan struct{} // closed when the listing under way ends; nil when none is
+	listStale bool          // a decision here since the latest listing
+
 	mu      sync.Mutex
 	token   string                  // the one-time token of the printed URL; "" once spent
 	session string                  // the page's session secret, set when the token is spent
@@ -454,7 +460,11 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	at := now()
-	list, err := c.sc.Waiting(ctx)
+	wl, err := c.waiting(ctx)
+	list := wl.list
+	if err == nil {
+		err = wl.err
+	}
 	resp := struct {
 		Now string `json:"now"`
 		// Open is one page of the open questions that match the search;
@@ -473,8 +483,14 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 		// DecidedFrom says where Decided comes from: ledger (the audit
 		// trail, durable) or console (what this console saw decided).
 		DecidedFrom string `json:"decided_from"`
-		Error       string `json:"error,omitempty"`
+		// ListedAt is when the open questions were listed (see
+		// listFresh); the page's own questions are read as it is served.
+		ListedAt string `json:"listed_at,omitempty"`
+		Error    string `json:"error,omitempty"`
 	}{Now: at.UTC().Format(time.RFC3339), Open: []consoleItem{}}
+	if !wl.at.IsZero() {
+		resp.ListedAt = wl.at.UTC().Format(time.RFC3339)
+	}
 	if err != nil {
 		resp.Error = "could not list the plans waiting for a person: " + err.Error()
 	}
@@ -498,7 +514,9 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp.Open, resp.Total, resp.Page = find(all, f)
-	problems = append(problems, c.complete(ctx, resp.Open)...)
+	var gone []string
+	resp.Open, gone = c.complete(ctx, resp.Open)
+	problems = append(problems, gone...)
 	if claims, err := c.claims(ctx); err != nil {
 		problems = append(problems, "claims: "+err.Error())
 	} else if claims != nil {
@@ -531,6 +549,64 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 		c.mu.Unlock()
 	}
 	consoleJSON(w, http.StatusOK, resp)
+}
+
+// listFresh is how long a listing of the open questions answers the
+// page's polls and searches alone. An older one still answers (visibility
+// lags the plans anyway) while the next is made in the background; only
+// the first request waits for one. Listing 10,000 questions takes the
+// server about two seconds: this keeps a search from paying it.
+const listFresh = 2 * time.Second
+
+// waitingList is one listing of the plans waiting for a person.
+type waitingList struct {
+	list []sagaclient.Waiting
+	err  error
+	at   time.Time // when it was asked for
+}
+
+// waiting returns the latest listing of the open questions, starting a new
+// one when it is older than listFresh or a decision was made here since;
+// it waits only when there is none yet.
+func (c *console) waiting(ctx context.Context) (waitingList, error) {
+	c.listMu.Lock()
+	last, done := c.listed, c.listing
+	if done == nil && (last == nil || c.listStale || now().Sub(last.at) > listFresh) {
+		done = make(chan struct{})
+		c.listing, c.listStale = done, false
+		go c.list(done)
+	}
+	c.listMu.Unlock()
+	if last != nil {
+		return *last, nil
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return waitingList{}, fmt.Errorf("the first listing of the open questions is not done: %w", ctx.Err())
+	}
+	c.listMu.Lock()
+	defer c.listMu.Unlock()
+	return *c.listed, nil
+}
+
+// list makes a listing and closes done when it is kept.
+func (c *console) list(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	at := now()
+	l, err := c.sc.Waiting(ctx)
+	c.listMu.Lock()
+	c.listed, c.listing = &waitingList{list: l, err: err, at: at}, nil
+	c.listMu.Unlock()
+	close(done)
+}
+
+// relist marks the listing stale: the next poll starts a new one.
+func (c *console) relist() {
+	c.listMu.Lock()
+	c.listStale = true
+	c.listMu.Unlock()
 }
 
 // item words question q of the waiting plan wt for the page, from its
@@ -571,10 +647,11 @@ const maxStatusReads = 8
 
 // complete gives the questions of the page shown their whole cards, from
 // their plans' status (one query per plan on the page, at most
-// maxStatusReads at once: the page holds at most maxPageSize questions),
-// and returns what it could not read. A question that closed since it was
-// listed keeps its index lines; deciding it is refused as not open.
-func (c *console) complete(ctx context.Context, page []consoleItem) []string {
+// maxStatusReads at once: a page holds at most maxPageSize questions). It
+// leaves out a question its plan's status shows closed since the listing,
+// and returns what it could not read (such a question keeps its index
+// lines).
+func (c *console) complete(ctx context.Context, page []consoleItem) ([]consoleItem, []string) {
 	type read struct {
 		st  workflows.Status
 		err error
@@ -600,12 +677,16 @@ func (c *console) complete(ctx context.Context, page []consoleItem) []string {
 	}
 	wg.Wait()
 	var problems []string
-	for i := range page {
-		it := &page[i]
+	said := map[string]bool{}
+	out := page[:0:0]
+	for _, it := range page {
 		rd := reads[it.WorkflowID]
 		if rd.err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %s", it.WorkflowID, rd.err))
-			reads[it.WorkflowID].err = nil // said once
+			if !said[it.WorkflowID] {
+				problems = append(problems, fmt.Sprintf("%s: %s", it.WorkflowID, rd.err))
+				said[it.WorkflowID] = true
+			}
+			out = append(out, it)
 			continue
 		}
 		for _, q := range rd.st.Questions {
@@ -614,10 +695,11 @@ func (c *console) complete(ctx context.Context, page []consoleItem) []string {
 				if it.CardDigest == "" { // opened before the workflow worked it out
 					it.CardDigest = workflows.CardDigest(q.Card)
 				}
+				out = append(out, it)
 			}
 		}
 	}
-	return problems
+	return out, problems
 }
 
 // cardLine is one labelled line of a card, as the page shows it.
@@ -812,6 +894,7 @@ func parseDecideRequest(body []byte) (decideRequest, error) {
 // card the page showed; the decision goes through approveShown or
 // resolveShown, as starter approve and resolve send it.
 func (c *console) decide(w http.ResponseWriter, r *http.Request) {
+	defer c.relist() // the next poll lists again, without the question decided
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxConsoleBody))
 	if err != nil {
 		consoleJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("the request is over the limit of %d bytes", maxConsoleBody), "field": "body"})

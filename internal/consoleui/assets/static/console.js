@@ -353,7 +353,7 @@
       noneEl.textContent = 'Question ' + deep.question + ' of ' + deep.workflow + ' is not open (any more): see Decided below.';
     }
     statusEl.className = data.error ? 'status error' : 'status';
-    statusEl.textContent = data.error ? data.error : 'up to date at ' + data.now + ' (refreshed every 3 s)';
+    statusEl.textContent = data.error ? data.error : 'up to date at ' + data.now + ' (refreshed every 3 s; questions listed at ' + (data.listed_at || data.now) + ')';
     document.body.dataset.loaded = 'true';
   }
 
