@@ -63,7 +63,9 @@ func TestConsoleListsOnceForManyRequests(t *testing.T) {
 	again, err := c.waiting(ctx)
 	require.NoError(t, err)
 	require.Equal(t, wl.at, again.at, "a fresh listing answers")
-	require.Equal(t, int32(1), fc.lists.Load(), "and nothing is listed again")
+	c.listMu.Lock()
+	require.Nil(t, c.listing, "and nothing is listed again")
+	c.listMu.Unlock()
 
 	clock = clock.Add(listFresh)
 	stale, err := c.waiting(ctx)
