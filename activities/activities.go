@@ -569,6 +569,10 @@ type GuardReport struct {
 	// of them are in Others); an override permit granted on this card names
 	// them (ledger.Permit.Holders).
 	Holders []string `json:"holders,omitempty"`
+	// SentAt is when the ledger last let a request for the request's own
+	// key go to the provider (ledger.Operation.SentAt); zero when it never
+	// did or the ledger does not know the key.
+	SentAt time.Time `json:"sent_at,omitzero"`
 }
 
 // maxOthers is how many other operations a GuardReport lists.
@@ -582,11 +586,18 @@ func (a *Activities) CheckGuard(ctx context.Context, req Request) (GuardReport, 
 	if !ok {
 		return GuardReport{}, final(info.Attempt, ErrNotRegistered, "tool %q is not registered on this worker: deploy a worker that has it", req.Tool)
 	}
+	var rep GuardReport
+	switch op, err := a.Ledger.Get(ctx, req.Key); {
+	case err == nil:
+		rep.SentAt = op.SentAt
+	case !errors.Is(err, ledger.ErrNotFound):
+		return GuardReport{}, retryable(info.Attempt, ErrLedger, "read %s in the ledger: %v (check the ledger database)", req.Key, err)
+	}
 	g := specOf(t, req).Guard
 	if g == nil {
-		return GuardReport{}, nil
+		return rep, nil
 	}
-	rep := GuardReport{Scope: g.ScopeKey(req.Args), Entity: g.Entity(req.Args)}
+	rep.Scope, rep.Entity = g.ScopeKey(req.Args), g.Entity(req.Args)
 	// Ask for more than are listed, so an older holder is still seen.
 	ops, err := a.Ledger.InScope(ctx, rep.Scope, 5*maxOthers)
 	if err != nil {

@@ -53,6 +53,9 @@ func (r *run) card(n int, kind, rule string, answers []string, rep activities.Gu
 	if kind != QuestionApproval {
 		c.Calls, c.Lookup = r.callLines(calls)
 	}
+	if kind == QuestionOutcome && !rep.SentAt.IsZero() {
+		c.LastSent = cardTime(rep.SentAt) + " (the ledger's time of the key's last request to the provider)"
+	}
 	c.Does = r.does(n, kind, answers, rep.Clash != "")
 	listed := map[string]bool{}
 	for _, op := range rep.Others {

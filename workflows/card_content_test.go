@@ -71,7 +71,8 @@ func TestCardOfAnOutcomeQuestionWithoutLookup(t *testing.T) {
 	require.Contains(t, doesOf(c, "retry"), "if the first was delivered, a second email effect is made")
 	require.Contains(t, doesOf(c, "succeeded"), "on your word")
 	require.Contains(t, doesOf(c, "failed"), "records that nothing happened")
-	require.Equal(t, []string{"change", "object", "amount", "argument", "who asked", "rule", "call", "if failed", "if succeeded", "if retry", "key"}, labels(c))
+	require.Regexp(t, `^\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ \(the ledger's time`, c.LastSent, "when the ledger let the request go")
+	require.Equal(t, []string{"change", "object", "amount", "argument", "who asked", "rule", "call", "last sent", "if failed", "if succeeded", "if retry", "key"}, labels(c))
 }
 
 // The outcome card of a tool that can look itself up shows the provider's

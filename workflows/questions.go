@@ -125,6 +125,9 @@ const (
 	// versionQuestionsMemo: a plan publishes its open questions in its
 	// memo (MemoOpenQuestions) each time they change.
 	versionQuestionsMemo = "questions-memo"
+	// versionCardLastSent: an outcome question's card is made after a
+	// guard check for every tool, which reads the key's last send.
+	versionCardLastSent = "card-last-sent"
 )
 
 // withdrawnPrefix starts the error of a step whose approval was withdrawn.
@@ -1012,7 +1015,10 @@ func (r *run) askResolve(dctx workflow.Context, n int, kind, rule string, answer
 	if kind == QuestionOutcome {
 		st.State = ledger.NeedsHuman
 	}
-	q := r.open(dctx, n, kind, rule, answers, r.checkGuard(dctx, r.request(n)), 0)
+	// An outcome card says when the ledger last let the request go, which
+	// the guard check reads for every tool (not only guarded ones).
+	all := kind == QuestionOutcome && workflow.GetVersion(dctx, versionCardLastSent, workflow.DefaultVersion, 1) == 1
+	q := r.open(dctx, n, kind, rule, answers, r.checkGuardOf(dctx, r.request(n), all), 0)
 	st.Waiting = "resolve"
 	r.refresh(dctx)
 	_ = workflow.Await(dctx, func() bool { return q.decision != nil })
@@ -1025,7 +1031,13 @@ func (r *run) askResolve(dctx workflow.Context, n int, kind, rule string, answer
 // checkGuard asks the ledger who else acts on the step's object, for the
 // card. A failure leaves the card without that line, never blocks.
 func (r *run) checkGuard(ctx workflow.Context, req activities.Request) activities.GuardReport {
-	if r.specs[req.Tool].Guard == nil {
+	return r.checkGuardOf(ctx, req, false)
+}
+
+// checkGuardOf is checkGuard, asking the ledger for a tool without a guard
+// too when all is set (for the key's last send: GuardReport.SentAt).
+func (r *run) checkGuardOf(ctx workflow.Context, req activities.Request, all bool) activities.GuardReport {
+	if r.specs[req.Tool].Guard == nil && !all {
 		return activities.GuardReport{}
 	}
 	opts := bookkeeping

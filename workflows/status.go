@@ -230,6 +230,10 @@ type Card struct {
 	// "2026-12-06 22:10:01Z, 1 attempt: no answer within 10s (timeout):
 	// the request may have reached the provider". The last MaxCardCalls.
 	Calls []string `json:"calls,omitempty"`
+	// LastSent: when the ledger last let a request for the key go to the
+	// provider (ledger.Operation.SentAt; outcome questions), the time the
+	// request that may have landed left.
+	LastSent string `json:"last_sent,omitempty"`
 	// Lookup: the provider's latest answer to a lookup by the key, with
 	// its time and how many lookups were made.
 	Lookup string `json:"lookup,omitempty"`
@@ -491,6 +495,7 @@ func (c Card) Lines() []CardLine {
 	for _, s := range c.Calls {
 		add("call", s)
 	}
+	add("last sent", c.LastSent)
 	add("lookup", c.Lookup)
 	for _, a := range c.AlreadyRan {
 		add("already ran", a)
