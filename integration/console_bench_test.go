@@ -21,9 +21,10 @@ import (
 )
 
 // BenchmarkConsoleQuestions measures the console's answer to its page's
-// poll (GET /api/questions: the open questions listed from the stack, one
-// page of them, the claims and the decided history from the ledger) with N
-// open questions on the embedded stack: N refunds over the approval
+// poll (GET /api/questions: the open questions from the console's latest
+// listing, the page's questions read whole from their plans' status, the
+// claims and the decided history from the ledger) and the listing alone
+// (sagaclient.Waiting), with N open questions on the embedded stack: N refunds over the approval
 // threshold, each a plan waiting for approval. N is
 // AGENTSAGA_BENCH_QUESTIONS (default 10,000; starting them takes minutes):
 //
@@ -114,6 +115,19 @@ func BenchmarkConsoleQuestions(b *testing.B) {
 			b.Fatalf("the console lists %d open questions, want %d", body.All, n)
 		}
 	}
+	// The console's first answer waits for its first listing; later ones
+	// are answered from the latest (see listFresh in internal/cli).
+	cold := time.Now()
+	get(b, "")
+	b.Logf("the console's first answer after its start: %s", time.Since(cold).Round(time.Millisecond))
+	b.Run("list_waiting", func(b *testing.B) { // the listing alone: one visibility query in pages
+		for b.Loop() {
+			list, err := st.Plans.Waiting(ctx)
+			if err != nil || len(list) != n {
+				b.Fatalf("listed %d plans, want %d: %v", len(list), n, err)
+			}
+		}
+	})
 	for _, c := range []struct{ name, query string }{
 		{"first_page", ""},
 		{"search_order", "q=ord_b04242"},
