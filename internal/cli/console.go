@@ -434,12 +434,16 @@ type consoleItem struct {
 	// Needs is the right deciding it takes (approve or resolve); MayDecide
 	// whether this console's operator holds it. The page shows buttons
 	// only when they do.
-	Needs      string           `json:"needs"`
-	MayDecide  bool             `json:"may_decide"`
-	Lines      []cardLine       `json:"lines"`
-	CardDigest string           `json:"card_digest"`
-	UI         string           `json:"ui"`
-	Decision   *consoleDecision `json:"decision,omitempty"`
+	Needs     string `json:"needs"`
+	MayDecide bool   `json:"may_decide"`
+	// Unconfirmed says why the question is shown without buttons although
+	// the operator holds the right: its plan's status could not be read,
+	// so only the plan's index vouches for it.
+	Unconfirmed string           `json:"unconfirmed,omitempty"`
+	Lines       []cardLine       `json:"lines"`
+	CardDigest  string           `json:"card_digest"`
+	UI          string           `json:"ui"`
+	Decision    *consoleDecision `json:"decision,omitempty"`
 	// Claim is who works the question (a live claim), if anyone.
 	Claim *consoleClaim `json:"claim,omitempty"`
 }
@@ -685,6 +689,12 @@ func (c *console) complete(ctx context.Context, page []consoleItem) ([]consoleIt
 			if !said[it.WorkflowID] {
 				problems = append(problems, fmt.Sprintf("%s: %s", it.WorkflowID, rd.err))
 				said[it.WorkflowID] = true
+			}
+			// Only the plan's index is known (a memo any client
+			// starting a workflow could set): no buttons until its
+			// status confirms the question.
+			if it.MayDecide {
+				it.MayDecide, it.Unconfirmed = false, "its plan's status could not be read, so this card is only the plan's index: no buttons until it can be"
 			}
 			out = append(out, it)
 			continue

@@ -142,7 +142,8 @@
     }
     const row = el('p', 'buttons');
     const buttons = buttonsFor(q);
-    if (!q.may_decide) row.append(el('span', 'cannot', 'you may not decide this: it needs the ' + q.needs + ' right'));
+    if (q.unconfirmed) row.append(el('span', 'cannot', q.unconfirmed));
+    else if (!q.may_decide) row.append(el('span', 'cannot', 'you may not decide this: it needs the ' + q.needs + ' right'));
     const does = el('ul', 'does');
     for (const b of buttons) does.append(el('li', null, b.textContent + ': ' + b.dataset.does));
     row.append(...buttons);
