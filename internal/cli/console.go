@@ -134,6 +134,7 @@ func cmdConsole(ctx context.Context, args []string, _ io.Reader, out io.Writer) 
 		return err
 	}
 	srv.ledger, srv.claimFor = store, *claimFor
+	srv.prime() // list while the operator opens the link
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
 	url := srv.origin + "/#token=" + srv.token
 	if c.json {
@@ -606,6 +607,17 @@ func (c *console) list(done chan struct{}) {
 	close(done)
 }
 
+// prime starts the first listing, so the page's first poll finds it done
+// or under way.
+func (c *console) prime() {
+	c.listMu.Lock()
+	defer c.listMu.Unlock()
+	if c.listed == nil && c.listing == nil {
+		c.listing = make(chan struct{})
+		go c.list(c.listing)
+	}
+}
+
 // relist marks the listing stale: the next poll starts a new one.
 func (c *console) relist() {
 	c.listMu.Lock()
@@ -660,14 +672,18 @@ func (c *console) complete(ctx context.Context, page []consoleItem) ([]consoleIt
 		st  workflows.Status
 		err error
 	}
+	var ids []string
 	reads := map[string]*read{}
 	for _, it := range page {
-		reads[it.WorkflowID] = nil
+		if _, ok := reads[it.WorkflowID]; !ok {
+			reads[it.WorkflowID] = nil
+			ids = append(ids, it.WorkflowID)
+		}
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, maxStatusReads)
-	for id := range reads {
+	for _, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

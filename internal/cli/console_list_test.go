@@ -152,3 +152,18 @@ func TestConsolePageIsWhatTheStatusSays(t *testing.T) {
 	require.Len(t, problems, 1)
 	require.Contains(t, problems[0], "agent-plan:down:1")
 }
+
+// A console lists as it starts, so the page's first poll finds the listing
+// done or under way instead of starting it.
+func TestConsoleListsAsItStarts(t *testing.T) {
+	fc := &listingClient{gate: make(chan struct{})}
+	c, err := newConsole(sagaclient.New(fc, sagaclient.Options{}), "alice", true, nil, time.Second, func(id string) string { return id }, "127.0.0.1:1")
+	require.NoError(t, err)
+	c.prime()
+	c.prime() // once
+	fc.gate <- struct{}{}
+	wl, err := c.waiting(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, wl.err)
+	require.Equal(t, int32(1), fc.lists.Load(), "the first poll used the listing the start made")
+}
