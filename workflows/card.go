@@ -114,6 +114,10 @@ func argumentsOf(spec tool.Spec, args map[string]any) []string {
 		}
 		v := args[name]
 		var text string
+		if redact.SensitiveKey(name) { // token, password, card...: never its value, whatever it looks like
+			out = append(out, name+": "+redact.Mask)
+			continue
+		}
 		if f, ok := spec.Args.Field(name); ok && f.Type == tool.Money {
 			if minor, ok := tool.IntOf(args, name); ok {
 				text = formatMinor(minor, cur)
@@ -211,6 +215,9 @@ func objectOf(spec tool.Spec, obj map[string]any) string {
 	var parts []string
 	for _, f := range fields {
 		if v, ok := obj[f]; ok {
+			if redact.SensitiveKey(f) {
+				v = redact.Mask // a secret-named field never shows its value
+			}
 			parts = append(parts, fmt.Sprintf("%s %v", f, v))
 		}
 	}

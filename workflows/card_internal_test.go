@@ -33,6 +33,11 @@ func TestCardMasksAndBoundsWhatItShows(t *testing.T) {
 	require.LessOrEqual(t, len(got[2]), len("note: ")+MaxCardValueLen+len("…"), "clipped")
 	require.Equal(t, []string{"currency: eur", "token"}, []string{got[3], got[4][:5]}, "other arguments after the tool's, by name")
 	require.NotContains(t, got[4], "sk_live_51HxYzABCDEFGHIJKLMNOP", "masked")
+	// A secret-named argument is masked whatever its value looks like.
+	plain := argumentsOf(tool.Spec{}, map[string]any{"auth_token": "abc123xyz", "pin": json.Number("1234"), "city": "Bonn"})
+	require.Equal(t, []string{"auth_token: [redacted]", "city: Bonn", "pin: [redacted]"}, plain)
+	secretObject := tool.Spec{Args: tool.Schema{Fields: []tool.Field{{Name: "card_token", Type: tool.String, Required: true}}}}
+	require.Equal(t, "card_token [redacted]", objectOf(secretObject, map[string]any{"card_token": "tok_abc123"}))
 	reason := reasonOf(map[string]any{"note": "card 4111 1111 1111 1111\nline two"}, "")
 	require.NotContains(t, reason, "4111 1111", "masked")
 	require.True(t, strings.HasSuffix(reason, " line two"), "one line: %s", reason)
