@@ -24,6 +24,7 @@ import (
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/operators"
 	"github.com/agentsaga/agentsaga/plan"
+	"github.com/agentsaga/agentsaga/redact"
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -629,6 +630,11 @@ func (c *console) relist() {
 // index entry: the card's short fields (complete adds the whole card for
 // the page shown).
 func (c *console) item(wt sagaclient.Waiting, q workflows.QuestionIndex, at time.Time) consoleItem {
+	// The index is a memo any client starting a workflow can set: its
+	// text is masked and bounded as a card's is before it is shown.
+	shown := func(s string) string { return clipText(redact.String(s), workflows.MaxCardLineLen) }
+	q.Key, q.Tool, q.System, q.Object, q.Amount = shown(q.Key), shown(q.Tool), shown(q.System), shown(q.Object), shown(q.Amount)
+	q.RequestedBy, q.Reason, q.Currency = shown(q.RequestedBy), shown(q.Reason), shown(q.Currency)
 	it := consoleItem{
 		WorkflowID: wt.WorkflowID, QuestionID: q.ID, Kind: q.Kind, Step: q.Step, Tool: q.Tool, System: q.System,
 		Amount: q.Amount, State: string(wt.State), OpenedAt: q.OpenedAt, Age: age(q.OpenedAt, at), ExpiresAt: q.ExpiresAt,
