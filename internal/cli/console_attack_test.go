@@ -1,11 +1,17 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/agentsaga/agentsaga/sagaclient"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -36,4 +42,56 @@ func TestConsoleIndexLinesAreMaskedAndBounded(t *testing.T) {
 		require.False(t, strings.Contains(v, "4111111111111111"), "%s shows a card number", name)
 		require.LessOrEqual(t, len(v), workflows.MaxCardLineLen+3, name)
 	}
+}
+
+// flakyListing lists one plan with one published question, then fails.
+type flakyListing struct {
+	statusClient
+	calls int
+}
+
+func (f *flakyListing) ListWorkflow(context.Context, *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	f.calls++
+	if f.calls > 1 {
+		return nil, errors.New("visibility unavailable")
+	}
+	memo, err := converter.GetDefaultDataConverter().ToPayload(workflows.OpenQuestions{
+		State: workflows.SagaWaitingApproval, Questions: []workflows.QuestionIndex{{ID: "q1-step1-approval", Kind: workflows.QuestionApproval, Step: 1}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{{
+		Execution: &commonpb.WorkflowExecution{WorkflowId: "agent-plan:a:1"},
+		Memo:      &commonpb.Memo{Fields: map[string]*commonpb.Payload{workflows.MemoOpenQuestions: memo}},
+	}}}, nil
+}
+
+// A listing that fails does not wipe the open questions the latest good
+// listing found: the page keeps them (and says the listing failed) instead
+// of showing an empty queue until the next listing succeeds.
+func TestConsoleFailedListingKeepsTheLastQuestions(t *testing.T) {
+	clock := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	defer func(orig func() time.Time) { now = orig }(now)
+	now = func() time.Time { return clock }
+	fc := &flakyListing{}
+	c, err := newConsole(sagaclient.New(fc, sagaclient.Options{}), "alice", true, nil, time.Second, func(id string) string { return id }, "127.0.0.1:1")
+	require.NoError(t, err)
+	wl, err := c.waiting(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, wl.err)
+	require.Len(t, wl.list, 1)
+
+	clock = clock.Add(2 * listFresh)
+	_, _ = c.waiting(t.Context()) // starts the listing that fails
+	c.listMu.Lock()
+	done := c.listing
+	c.listMu.Unlock()
+	if done != nil {
+		<-done
+	}
+	wl, err = c.waiting(t.Context())
+	require.NoError(t, err)
+	require.Error(t, wl.err, "the page says the listing failed")
+	require.Len(t, wl.list, 1, "and still shows what the last good listing found")
 }
