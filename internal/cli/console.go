@@ -603,6 +603,9 @@ func (c *console) list(done chan struct{}) {
 	at := now()
 	l, err := c.sc.Waiting(ctx)
 	c.listMu.Lock()
+	if err != nil && c.listed != nil {
+		l = c.listed.list // a failed listing says so, and keeps what the last one found
+	}
 	c.listed, c.listing = &waitingList{list: l, err: err, at: at}, nil
 	c.listMu.Unlock()
 	close(done)
