@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -637,7 +638,15 @@ func (c *console) item(wt sagaclient.Waiting, q workflows.QuestionIndex, at time
 	// text is masked and bounded as a card's is before it is shown.
 	shown := func(s string) string { return clipText(redact.String(s), workflows.MaxCardLineLen) }
 	q.Key, q.Tool, q.System, q.Object, q.Amount = shown(q.Key), shown(q.Tool), shown(q.System), shown(q.Object), shown(q.Amount)
-	q.RequestedBy, q.Reason, q.Currency = shown(q.RequestedBy), shown(q.Reason), shown(q.Currency)
+	q.RequestedBy, q.Reason, q.Currency, q.Kind = shown(q.RequestedBy), shown(q.Reason), shown(q.Currency), shown(q.Kind)
+	q.ID = clipText(q.ID, workflows.MaxQuestionIDLen)
+	if len(q.Answers) > maxIndexAnswers {
+		q.Answers = q.Answers[:maxIndexAnswers]
+	}
+	q.Answers = slices.Clone(q.Answers)
+	for i, a := range q.Answers {
+		q.Answers[i] = shown(a)
+	}
 	it := consoleItem{
 		WorkflowID: wt.WorkflowID, QuestionID: q.ID, Kind: q.Kind, Step: q.Step, Tool: q.Tool, System: q.System,
 		Amount: q.Amount, State: string(wt.State), OpenedAt: q.OpenedAt, Age: age(q.OpenedAt, at), ExpiresAt: q.ExpiresAt,
@@ -666,6 +675,10 @@ func (c *console) item(wt sagaclient.Waiting, q workflows.QuestionIndex, at time
 	}
 	return it
 }
+
+// maxIndexAnswers bounds the answers an index entry shows (a question has
+// at most a handful; the index is a memo any client could set).
+const maxIndexAnswers = 8
 
 // maxStatusReads bounds the status queries complete runs at once.
 const maxStatusReads = 8

@@ -38,6 +38,11 @@ func TestConsoleIndexLinesAreMaskedAndBounded(t *testing.T) {
 		require.False(t, strings.Contains(l.Value, "4111111111111111") || strings.Contains(l.Value, "4242424242424242"), "%s shows a card number", l.Label)
 		require.LessOrEqual(t, len(l.Value), workflows.MaxCardLineLen+3, l.Label)
 	}
+	forged.ID, forged.Kind, forged.Answers = "q"+huge, "k"+huge, make([]string, 100000)
+	wide := c.item(sagaclient.Waiting{WorkflowID: "agent-plan:forged:2"}, forged, time.Now())
+	require.LessOrEqual(t, len(wide.QuestionID), workflows.MaxQuestionIDLen+3)
+	require.LessOrEqual(t, len(wide.Kind), workflows.MaxCardLineLen+3)
+	require.LessOrEqual(t, len(wide.Answers), maxIndexAnswers)
 	for name, v := range map[string]string{"object": shown.Object, "requester": shown.Requester, "key": shown.Key} {
 		require.False(t, strings.Contains(v, "4111111111111111"), "%s shows a card number", name)
 		require.LessOrEqual(t, len(v), workflows.MaxCardLineLen+3, name)
