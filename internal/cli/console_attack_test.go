@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -99,4 +101,34 @@ func TestConsoleFailedListingKeepsTheLastQuestions(t *testing.T) {
 	require.NoError(t, err)
 	require.Error(t, wl.err, "the page says the listing failed")
 	require.Len(t, wl.list, 1, "and still shows what the last good listing found")
+}
+
+// DEFECT (open, fails): the "mine" view pages index entries before their
+// status is read, and an index entry counts as "mine" from its memo alone.
+// A workflow any client starts with AgentSagaNeedsHuman=true and a forged
+// memo of old questions (opened_at 1970, no worker to answer its status)
+// takes the page's slots ahead of a real question the operator can decide.
+func TestConsoleForgedIndexDoesNotCrowdOutMine(t *testing.T) {
+	card := workflows.Card{Change: "apply_refund: refund", Key: "s:1:1:apply_refund"}
+	real := workflows.Question{ID: "q1-step1-approval", Kind: workflows.QuestionApproval, Step: 1, Key: card.Key, Answers: []string{"approve", "reject"}, Card: card, OpenedAt: time.Now()}
+	sc := statusClient{statuses: map[string]workflows.Status{"agent-plan:real:1": {WorkflowID: "agent-plan:real:1", Questions: []workflows.Question{real}}}}
+	c, err := newConsole(sagaclient.New(sc, sagaclient.Options{}), "alice", true, nil, time.Second, func(id string) string { return id }, "127.0.0.1:1")
+	require.NoError(t, err)
+	at := time.Now()
+	items := []consoleItem{c.item(sagaclient.Waiting{WorkflowID: "agent-plan:real:1"}, workflows.IndexOf(real, "apply_refund"), at)}
+	for i := range 3 {
+		items = append(items, c.item(sagaclient.Waiting{WorkflowID: fmt.Sprintf("forged:%d", i)},
+			workflows.QuestionIndex{ID: "q1-step1-approval", Kind: workflows.QuestionApproval, Step: 1, OpenedAt: time.Unix(0, 0)}, at))
+	}
+	f, ferr := parseFind(url.Values{"size": {"3"}})
+	require.NoError(t, ferr)
+	page, _, _ := find(items, f)
+	page, _ = c.complete(t.Context(), page)
+	var mine []string
+	for _, it := range page {
+		if it.MayDecide {
+			mine = append(mine, it.WorkflowID)
+		}
+	}
+	require.Contains(t, mine, "agent-plan:real:1", "the real question is on the first page of mine")
 }
