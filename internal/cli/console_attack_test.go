@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,4 +132,32 @@ func TestConsoleForgedIndexDoesNotCrowdOutMine(t *testing.T) {
 		}
 	}
 	require.Contains(t, mine, "agent-plan:real:1", "the real question is on the first page of mine")
+}
+
+// countingStatus counts the status queries.
+type countingStatus struct {
+	statusClient
+	queries *atomic.Int32
+}
+
+func (s countingStatus) QueryWorkflow(ctx context.Context, id, runID, name string, args ...any) (converter.EncodedValue, error) {
+	s.queries.Add(1)
+	return s.statusClient.QueryWorkflow(ctx, id, runID, name, args...)
+}
+
+// DEFECT (open, fails): a question shown once whose plan then leaves the
+// listing without a decision (terminated, or a forged index that is gone,
+// or a plan whose status cannot be read) is asked for its status on every
+// poll, serially, until maxSeen other questions evict it: settle never
+// gives up on it.
+func TestConsoleSettleGivesUpOnAQuestionClosedWithoutDecision(t *testing.T) {
+	n := &atomic.Int32{}
+	sc := countingStatus{statusClient{statuses: map[string]workflows.Status{"agent-plan:gone:1": {WorkflowID: "agent-plan:gone:1"}}}, n}
+	c, err := newConsole(sagaclient.New(sc, sagaclient.Options{}), "alice", true, nil, time.Second, func(id string) string { return id }, "127.0.0.1:1")
+	require.NoError(t, err)
+	c.remember([]consoleItem{{WorkflowID: "agent-plan:gone:1", QuestionID: "q1-step1-approval"}})
+	for range 10 {
+		c.settle(t.Context(), map[string]bool{})
+	}
+	require.LessOrEqual(t, n.Load(), int32(3), "status queries for one plan gone without a decision, over 10 polls")
 }
