@@ -559,8 +559,10 @@ type Escalation struct {
 }
 
 // neededHuman is the visibility query of the running plans that wait for
-// a person.
-var neededHuman = fmt.Sprintf("%s = true AND ExecutionStatus = 'Running'", workflows.SearchAttrNeedsHuman)
+// a person (of agentsaga's own workflow types: another workflow given the
+// search attribute is not listed).
+var neededHuman = fmt.Sprintf("%s = true AND ExecutionStatus = 'Running' AND WorkflowType IN ('%s', '%s')",
+	workflows.SearchAttrNeedsHuman, workflows.WorkflowName, workflows.SessionWorkflowName)
 
 // Escalations lists running plans that wait for a person, found through the
 // search attribute AgentSagaNeedsHuman, with their open questions and whole

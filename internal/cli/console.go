@@ -239,7 +239,15 @@ type console struct {
 type seenQuestion struct {
 	item consoleItem
 	done bool
+	// asked counts the polls that read its plan's status after it left the
+	// listing and found no decision (see maxSettleReads).
+	asked int
 }
+
+// maxSettleReads bounds the polls that look for the decision of a question
+// that left the listing: a plan terminated, or an index that is gone, has
+// none, and is not asked about for ever.
+const maxSettleReads = 3
 
 func newConsole(sc *sagaclient.Client, operator string, verified bool, may []string, timeout time.Duration, link func(string) string, addr string) (*console, error) {
 	tok, err := randomToken()
@@ -520,9 +528,8 @@ func (c *console) questions(w http.ResponseWriter, r *http.Request) {
 		consoleJSON(w, http.StatusBadRequest, map[string]string{"error": ferr.Error(), "field": ferr.(*fieldError).field})
 		return
 	}
-	resp.Open, resp.Total, resp.Page = find(all, f)
 	var gone []string
-	resp.Open, gone = c.complete(ctx, resp.Open)
+	resp.Open, resp.Total, resp.Page, gone = c.pageOf(ctx, all, f)
 	problems = append(problems, gone...)
 	if claims, err := c.claims(ctx); err != nil {
 		problems = append(problems, "claims: "+err.Error())
@@ -680,6 +687,51 @@ func (c *console) item(wt sagaclient.Waiting, q workflows.QuestionIndex, at time
 // at most a handful; the index is a memo any client could set).
 const maxIndexAnswers = 8
 
+// maxFillPages bounds how many pages' worth of further matches pageOf reads
+// to fill a page whose questions their plans' status does not hold.
+const maxFillPages = 3
+
+// pageOf is find's page of items, completed: each question read whole from
+// its plan's status. A listed question the status does not hold (closed
+// since the listing, or an index entry no plan wrote) is left out, and so,
+// in the "questions I may decide" view, is one whose status cannot be read;
+// the page is filled from the next matches, reading at most maxFillPages
+// more pages' worth, so such entries cannot push real questions off it.
+func (c *console) pageOf(ctx context.Context, items []consoleItem, f findFilter) (page []consoleItem, total, n int, problems []string) {
+	first, total, n := find(items, f)
+	if len(first) == 0 {
+		return first, total, n, nil
+	}
+	all := f
+	all.page, all.size = 1, max(total, 1)
+	hits, _, _ := find(items, all)
+	next := (n-1)*f.size + len(first)
+	read := func(batch []consoleItem) {
+		done, why := c.complete(ctx, batch)
+		problems = append(problems, why...)
+		for _, it := range done {
+			// "Questions I may decide" holds what can be decided now:
+			// not a question only its plan's index vouches for.
+			if !f.mine || it.Unconfirmed == "" {
+				page = append(page, it)
+			}
+		}
+	}
+	read(first)
+	for extra := 0; len(page) < len(first) && next < len(hits) && extra < maxFillPages; extra++ {
+		batch := hits[next:min(next+f.size, len(hits))]
+		next += len(batch)
+		read(batch)
+	}
+	if page == nil {
+		page = []consoleItem{}
+	}
+	if len(page) > f.size {
+		page = page[:f.size]
+	}
+	return page, total, n, problems
+}
+
 // maxStatusReads bounds the status queries complete runs at once.
 const maxStatusReads = 8
 
@@ -791,19 +843,24 @@ func (c *console) settle(ctx context.Context, open map[string]bool) {
 	byPlan := map[string][]string{}
 	for _, k := range c.order {
 		s := c.seen[k]
-		if !s.done && !open[k] {
+		if !s.done && !open[k] && s.asked < maxSettleReads {
 			byPlan[s.item.WorkflowID] = append(byPlan[s.item.WorkflowID], k)
 		}
 	}
 	c.mu.Unlock()
 	for id, keys := range byPlan {
 		st, err := c.sc.Status(ctx, id)
-		if err != nil {
-			continue // asked again on the next poll
-		}
 		c.mu.Lock()
 		for _, k := range keys {
-			s := c.seen[k]
+			s, ok := c.seen[k]
+			if !ok {
+				continue
+			}
+			s.asked++
+			c.seen[k] = s
+			if err != nil {
+				continue // asked again on the next poll, up to maxSettleReads
+			}
 			if d, ok := decisionOf(st, s.item.QuestionID); ok {
 				s.done = true
 				s.item.Decision = describeDecision(d, s.item.CardDigest)

@@ -104,11 +104,11 @@ func TestConsoleFailedListingKeepsTheLastQuestions(t *testing.T) {
 	require.Len(t, wl.list, 1, "and still shows what the last good listing found")
 }
 
-// DEFECT (open, fails): the "mine" view pages index entries before their
-// status is read, and an index entry counts as "mine" from its memo alone.
 // A workflow any client starts with AgentSagaNeedsHuman=true and a forged
 // memo of old questions (opened_at 1970, no worker to answer its status)
-// takes the page's slots ahead of a real question the operator can decide.
+// does not take the "mine" page's slots ahead of a real question the
+// operator can decide: the page is filled past what its status cannot
+// confirm.
 func TestConsoleForgedIndexDoesNotCrowdOutMine(t *testing.T) {
 	card := workflows.Card{Change: "apply_refund: refund", Key: "s:1:1:apply_refund"}
 	real := workflows.Question{ID: "q1-step1-approval", Kind: workflows.QuestionApproval, Step: 1, Key: card.Key, Answers: []string{"approve", "reject"}, Card: card, OpenedAt: time.Now()}
@@ -123,8 +123,8 @@ func TestConsoleForgedIndexDoesNotCrowdOutMine(t *testing.T) {
 	}
 	f, ferr := parseFind(url.Values{"size": {"3"}})
 	require.NoError(t, ferr)
-	page, _, _ := find(items, f)
-	page, _ = c.complete(t.Context(), page)
+	page, total, _, _ := c.pageOf(t.Context(), items, f)
+	require.Equal(t, 4, total, "the forged entries match (they are listed)")
 	var mine []string
 	for _, it := range page {
 		if it.MayDecide {
@@ -145,11 +145,10 @@ func (s countingStatus) QueryWorkflow(ctx context.Context, id, runID, name strin
 	return s.statusClient.QueryWorkflow(ctx, id, runID, name, args...)
 }
 
-// DEFECT (open, fails): a question shown once whose plan then leaves the
-// listing without a decision (terminated, or a forged index that is gone,
-// or a plan whose status cannot be read) is asked for its status on every
-// poll, serially, until maxSeen other questions evict it: settle never
-// gives up on it.
+// A question shown once whose plan then leaves the listing without a
+// decision (terminated, or a forged index that is gone, or a plan whose
+// status cannot be read) is asked about for maxSettleReads polls, not on
+// every poll until maxSeen other questions evict it.
 func TestConsoleSettleGivesUpOnAQuestionClosedWithoutDecision(t *testing.T) {
 	n := &atomic.Int32{}
 	sc := countingStatus{statusClient{statuses: map[string]workflows.Status{"agent-plan:gone:1": {WorkflowID: "agent-plan:gone:1"}}}, n}
