@@ -551,8 +551,6 @@ type Escalation struct {
 	Questions []workflows.Question `json:"questions"`
 	// Steps are the steps that wait.
 	Steps []workflows.StepStatus `json:"waiting_steps"`
-	// SignedDecisions: the plan's worker accepts only signed decisions.
-	SignedDecisions bool `json:"signed_decisions,omitempty"`
 	// StatusError says why the status could not be read (no worker, for
 	// example); the plan is listed anyway.
 	StatusError string `json:"status_error,omitempty"`
@@ -673,7 +671,7 @@ func escalation(id string, since time.Time, s workflows.Status, err error) Escal
 		esc.StatusError = err.Error()
 		return esc
 	}
-	esc.State, esc.SignedDecisions = s.State, s.SignedDecisions
+	esc.State = s.State
 	for _, st := range s.Steps {
 		if st.Waiting != "" {
 			esc.Steps = append(esc.Steps, st)

@@ -698,14 +698,13 @@ const maxFillPages = 3
 // the page is filled from the next matches, reading at most maxFillPages
 // more pages' worth, so such entries cannot push real questions off it.
 func (c *console) pageOf(ctx context.Context, items []consoleItem, f findFilter) (page []consoleItem, total, n int, problems []string) {
-	first, total, n := find(items, f)
+	hits := sorted(items, f)
+	first, lo := pageIn(hits, f)
+	total, n = len(hits), lo/f.size+1
 	if len(first) == 0 {
 		return first, total, n, nil
 	}
-	all := f
-	all.page, all.size = 1, max(total, 1)
-	hits, _, _ := find(items, all)
-	next := (n-1)*f.size + len(first)
+	next := lo + len(first)
 	read := func(batch []consoleItem) {
 		done, why := c.complete(ctx, batch)
 		problems = append(problems, why...)

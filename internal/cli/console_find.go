@@ -115,6 +115,25 @@ func (f findFilter) matches(it consoleItem) bool {
 // it returns the page, how many matched and the page number (the last one
 // when f.page is past it).
 func find(items []consoleItem, f findFilter) (page []consoleItem, total, n int) {
+	hits := sorted(items, f)
+	page, lo := pageIn(hits, f)
+	return page, len(hits), lo/f.size + 1
+}
+
+// pageIn returns f's page of hits (the last one when f.page is past it)
+// and the index of its first hit.
+func pageIn(hits []consoleItem, f findFilter) (page []consoleItem, lo int) {
+	pages := max(1, (len(hits)+f.size-1)/f.size)
+	lo = (min(f.page, pages) - 1) * f.size
+	page = hits[lo:min(lo+f.size, len(hits))]
+	if page == nil {
+		page = []consoleItem{}
+	}
+	return page, lo
+}
+
+// sorted returns the items that match f, in f's order.
+func sorted(items []consoleItem, f findFilter) []consoleItem {
 	var hits []consoleItem
 	for _, it := range items {
 		if f.matches(it) {
@@ -139,15 +158,7 @@ func find(items []consoleItem, f findFilter) (page []consoleItem, total, n int) 
 		}
 		return less(hits[i], hits[j])
 	})
-	total = len(hits)
-	pages := max(1, (total+f.size-1)/f.size)
-	n = min(f.page, pages)
-	lo := (n - 1) * f.size
-	page = hits[lo:min(lo+f.size, total)]
-	if page == nil {
-		page = []consoleItem{}
-	}
-	return page, total, n
+	return hits
 }
 
 // facetsOf lists the kinds, tools and systems of the open questions, for
